@@ -1,0 +1,38 @@
+# fireledger — `make run` starts the service on the embedded default; `make test` sets up and
+# passes the whole suite (installing PostgreSQL server binaries when missing).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: venv run test lint typecheck bench falsify clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/fireledger serve $(ARGS)
+
+test: $(STAMP)
+	./scripts/ensure-postgres.sh >/dev/null
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
+
+bench: $(STAMP)
+	$(BIN)/python bench/recurrence.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
