@@ -114,6 +114,59 @@ def preview_cmd(
         typer.echo("the schedule has no instants after --from")
 
 
+DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
+DEFAULT_DB = "sqlite:///./fireledger.db"
+
+
+def _roles_command(roles: tuple[str, ...], db: str, listen: str | None) -> None:
+    from fireledger import service
+    from fireledger.store import StoreError
+
+    if listen is not None:
+        try:
+            service.parse_listen(listen)
+        except ValueError as exc:
+            fail(str(exc))
+    try:
+        service.run(db, roles, listen)
+    except StoreError as exc:
+        fail(str(exc))
+
+
+@app.command("serve")
+def serve_cmd(
+    db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for the HTTP API.")] = "127.0.0.1:8080",
+) -> None:
+    """Run control, timing and dispatch in one process."""
+    _roles_command(("control", "timing", "dispatch"), db, listen)
+
+
+@app.command("timing")
+def timing_cmd(
+    db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+) -> None:
+    """Run the timing plane alone."""
+    _roles_command(("timing",), db, None)
+
+
+@app.command("dispatch")
+def dispatch_cmd(
+    db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+) -> None:
+    """Run the dispatch plane alone."""
+    _roles_command(("dispatch",), db, None)
+
+
+@app.command("control")
+def control_cmd(
+    db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT for the HTTP API.")] = "127.0.0.1:8080",
+) -> None:
+    """Run the control plane (HTTP API) alone."""
+    _roles_command(("control",), db, listen)
+
+
 def main() -> None:
     """Entry point: run the app; turn usage and input errors into one line and exit code 2."""
     try:

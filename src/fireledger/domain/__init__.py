@@ -1,1 +1,1 @@
-"""domain package."""
+"""Pure domain types and policies: no I/O, no clock reads."""

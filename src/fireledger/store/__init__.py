@@ -1,1 +1,6 @@
-"""store package."""
+"""The state of record: registry, due index and fire ledger on SQLite or PostgreSQL."""
+
+from .engine import SchemaError, StoreError
+from .sql_store import InvariantViolation, Settlement, SqlStore
+
+__all__ = ["InvariantViolation", "SchemaError", "Settlement", "SqlStore", "StoreError"]

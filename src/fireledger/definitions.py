@@ -1,0 +1,45 @@
+"""From a stored trigger version to its compiled recurrence, and the next instant in microseconds.
+
+One cache of compiled recurrences per process, keyed by (trigger, version): a version is immutable,
+so the cache needs no invalidation (an amendment is a new key). Used by the timing loop, the control
+plane (first instant, preview) and the shadow rebuilder, so all of them agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from threading import Lock
+from typing import Any
+
+from fireledger.domain.keys import from_us, to_us
+from fireledger.domain.model import TriggerVersion
+from fireledger.recurrence import Recurrence, compile_spec, next_after
+
+_CACHE: OrderedDict[tuple[str, int], Recurrence] = OrderedDict()
+_LOCK = Lock()
+_CACHE_MAX = 2_000_000
+
+
+def compile_schedule(schedule: dict[str, Any]) -> Recurrence:
+    """Compile a stored schedule (intervals always carry their anchor once stored)."""
+    return compile_spec(schedule)
+
+
+def recurrence_of(v: TriggerVersion) -> Recurrence:
+    key = (v.trigger_id, v.version)
+    with _LOCK:
+        rec = _CACHE.get(key)
+        if rec is not None:
+            return rec
+    rec = compile_spec(v.schedule)
+    with _LOCK:
+        _CACHE[key] = rec
+        if len(_CACHE) > _CACHE_MAX:
+            _CACHE.popitem(last=False)
+    return rec
+
+
+def next_us(rec: Recurrence, after_us: int) -> int | None:
+    """The first instant strictly after ``after_us`` in microseconds, or None when exhausted."""
+    nxt = next_after(rec, from_us(after_us))
+    return None if nxt is None else to_us(nxt)

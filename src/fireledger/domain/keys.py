@@ -1,0 +1,66 @@
+"""Deterministic fire identity (DESIGN.md invariant 2).
+
+A fire is named by (tenant, trigger, scheduled instant, sequence): computed, never generated, so two
+deciders of one instant compute the same key and collide on the ledger's primary key. The string
+form is URL-safe: ``<tenant>.<trigger>.<YYYYMMDDTHHMMSS[ffffff]Z>.<seq>``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+_INSTANT = "%Y%m%dT%H%M%S"
+_KEY = re.compile(r"^([A-Za-z0-9_-]{1,64})\.([A-Za-z0-9_-]{1,64})\.(\d{8}T\d{6})(\d{6})?Z\.(\d{1,9})$")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random identifier such as ``tr_5f2c…`` (URL-safe, no dots)."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def to_us(dt: datetime) -> int:
+    """Microseconds since the Unix epoch of an aware datetime (exact, no float rounding)."""
+    delta = dt.astimezone(UTC) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int) -> datetime:
+    """Inverse of :func:`to_us`: an aware UTC datetime."""
+    from datetime import timedelta
+
+    return _EPOCH + timedelta(microseconds=us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class FireKey:
+    """The identity of one fire."""
+
+    tenant_id: str
+    trigger_id: str
+    scheduled_us: int
+    seq: int = 0
+
+    @property
+    def scheduled(self) -> datetime:
+        return from_us(self.scheduled_us)
+
+    def __str__(self) -> str:
+        dt = from_us(self.scheduled_us)
+        frac = f"{dt.microsecond:06d}" if dt.microsecond else ""
+        return f"{self.tenant_id}.{self.trigger_id}.{dt.strftime(_INSTANT)}{frac}Z.{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str) -> FireKey:
+        """Parse the string form; raises ``ValueError`` naming the problem."""
+        m = _KEY.match(text)
+        if not m:
+            raise ValueError(f"{text!r} is not a fire key (tenant.trigger.YYYYMMDDTHHMMSSZ.seq)")
+        dt = datetime.strptime(m.group(3), _INSTANT).replace(tzinfo=UTC)
+        us = to_us(dt) + (int(m.group(4)) if m.group(4) else 0)
+        return cls(m.group(1), m.group(2), us, int(m.group(5)))

@@ -1,0 +1,109 @@
+"""Running the planes: ``serve`` (all three in one process) or each role alone.
+
+On SQLite ``serve`` is the embedded default: one process, one clock. On PostgreSQL any number of
+``timing``, ``dispatch`` and ``control`` processes may run against one database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Sequence
+
+from fireledger.clock import SystemClock
+from fireledger.domain.model import NewFire
+from fireledger.recurrence import TZDATA_VERSION
+from fireledger.store import SqlStore
+
+log = logging.getLogger("fireledger.service")
+
+
+def node_id(role: str) -> str:
+    return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen: {listen!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> None:
+    import uvloop  # noqa: F401  (the policy is installed by the caller)
+
+    from fireledger.dispatch.runner import Dispatcher
+    from fireledger.timing import TimingLoop
+
+    clock = SystemClock()
+    iv = clock.now()
+    if iv.source == "declared":
+        log.warning(
+            "the kernel reports its clock unsynchronised; using the declared bound ε = %.1f ms "
+            "(FIRELEDGER_DECLARED_EPS_MS). Every fire records this source.", iv.eps_us / 1000)
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    dispatcher = None
+    timing = None
+    if "dispatch" in roles:
+        dispatcher = Dispatcher(store, clock, node_id("dispatch"))
+        tasks.append(asyncio.create_task(dispatcher.run(), name="dispatch"))
+    if "timing" in roles:
+        def committed(_fires: Sequence[NewFire]) -> None:
+            if dispatcher is not None:
+                dispatcher.wake_threadsafe(loop)
+        timing = TimingLoop(store, clock, node_id("timing"), on_committed=committed)
+        tasks.append(asyncio.create_task(timing.run(), name="timing"))
+    server = None
+    if "control" in roles:
+        import uvicorn
+
+        from fireledger.control.app import create_app
+
+        def changed() -> None:
+            if timing is not None:
+                loop.call_soon_threadsafe(timing.wake)
+        app = create_app(store, clock, on_definition_change=changed)
+        host, port = parse_listen(listen or "127.0.0.1:8080")
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                               access_log=False, lifespan="off"))
+        tasks.append(asyncio.create_task(server.serve(), name="control"))
+        log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
+                 host, port, TZDATA_VERSION, store.engine_name)
+
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    for t in done:
+        if t is not waiter and t.exception() is not None:
+            log.error("plane %s stopped: %s", t.get_name(), t.exception())
+    if timing is not None:
+        timing.stop()
+    if dispatcher is not None:
+        dispatcher.stop()
+    if server is not None:
+        server.should_exit = True
+    await asyncio.gather(*tasks, return_exceptions=True)
+    waiter.cancel()
+
+
+def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
+    """Open the store (SQLite migrates; PostgreSQL must be upgraded) and run ``roles``."""
+    import uvloop
+
+    from fireledger.observe.logs import setup
+
+    setup(os.environ.get("FIRELEDGER_LOG_LEVEL", "info"))
+    store = SqlStore.open(db)
+    try:
+        uvloop.run(_run(store, roles, listen))
+    finally:
+        store.close()

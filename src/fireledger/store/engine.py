@@ -1,0 +1,171 @@
+"""Engine adapters: how to connect, begin a write transaction and recognise errors.
+
+Two real engines share one schema shape and one query set:
+
+* SQLite (embedded default): WAL, ``BEGIN IMMEDIATE`` for every write transaction, a connection
+  per thread, ``busy_timeout`` so concurrent processes (``serve`` and an operator command) queue.
+* PostgreSQL (psycopg 3): a connection per thread, READ COMMITTED, ``FOR UPDATE SKIP LOCKED``
+  claims.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+from urllib.parse import urlparse
+
+from . import queries
+
+
+class StoreError(RuntimeError):
+    """A store-level failure with a message an operator can act on."""
+
+
+class SchemaError(StoreError):
+    """The database schema is older (or newer) than this program's."""
+
+
+def migration_files(engine: str) -> list[tuple[int, str]]:
+    """(version, sql) of every migration for ``engine``, in order."""
+    root = resources.files("fireledger.store").joinpath("sql", engine)
+    out = []
+    for entry in root.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            out.append((int(name[:4]), entry.read_text(encoding="utf-8")))
+    return sorted(out)
+
+
+class Engine:
+    name: str
+    q: dict[str, str]
+
+    def connection(self) -> Any:
+        raise NotImplementedError
+
+    @contextmanager
+    def write(self) -> Iterator[Any]:
+        """A write transaction on this thread's connection; commits on exit, rolls back on error."""
+        raise NotImplementedError
+        yield
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        raise NotImplementedError
+        yield
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteEngine(Engine):
+    name = "sqlite"
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self.q = queries.for_engine("sqlite")
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=self.busy_timeout_ms / 1000)
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        yield self.connection()
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._all:
+                try:
+                    c.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+
+class PostgresEngine(Engine):
+    name = "postgres"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.q = queries.for_engine("postgres")
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def connection(self) -> Any:
+        import psycopg
+
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            try:
+                conn = psycopg.connect(self.url, autocommit=True)
+            except psycopg.OperationalError as exc:
+                raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from None
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[Any]:
+        conn = self.connection()
+        with conn.transaction():
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        yield self.connection()
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._all:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+
+def engine_for_url(url: str) -> Engine:
+    """``sqlite:///PATH`` (relative) / ``sqlite:////abs/path`` or ``postgresql://…``."""
+    if url.startswith("sqlite:"):
+        parsed = urlparse(url)
+        path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else parsed.path
+        if not path:
+            raise StoreError("--db: a SQLite URL needs a path, e.g. sqlite:///./fireledger.db")
+        return SqliteEngine(path)
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresEngine(url)
+    raise StoreError(f"--db: {url!r} is not a sqlite:///PATH or postgresql:// URL")

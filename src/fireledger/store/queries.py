@@ -1,0 +1,195 @@
+"""Named SQL queries, shared by both engines (SQL as data).
+
+Placeholders are ``:name``; the PostgreSQL engine rewrites them to psycopg's ``%(name)s``. Where an
+engine needs different text, ``OVERRIDES[engine][name]`` replaces the shared query.
+"""
+
+from __future__ import annotations
+
+import re
+
+_FIRE_COLS = (
+    "tenant_id, trigger_id, scheduled_us, seq, version, kind, lane, state, cause, decided_us, "
+    "decided_by, dispatched_us, finished_us, tzdata_version, attempts, next_attempt_us"
+)
+FIRE_COLS = _FIRE_COLS
+TRIGGER_COLS = (
+    "t.id, t.tenant_id, t.name, t.state, t.current_version, t.partition, t.created_us, t.updated_us, "
+    "d.next_us"
+)
+
+QUERIES: dict[str, str] = {
+    # --- registry -------------------------------------------------------------------------------
+    "insert_tenant": "INSERT INTO tenants (id, name, created_us) VALUES (:id, :name, :created_us)",
+    "get_tenant": "SELECT id, name, created_us FROM tenants WHERE id = :id AND deleted_us IS NULL",
+    "insert_principal": (
+        "INSERT INTO principals (id, tenant_id, name, token_hash, roles, created_us) "
+        "VALUES (:id, :tenant_id, :name, :token_hash, :roles, :created_us)"
+    ),
+    "principal_by_token_hash": (
+        "SELECT p.id, p.tenant_id, p.name, p.roles, p.created_us, p.revoked_us FROM principals p "
+        "JOIN tenants t ON t.id = p.tenant_id "
+        "WHERE p.token_hash = :token_hash AND p.revoked_us IS NULL AND t.deleted_us IS NULL"
+    ),
+    "insert_target": (
+        "INSERT INTO targets (id, tenant_id, kind, url, secret, verification_state, verification_token, "
+        "created_us) VALUES (:id, :tenant_id, :kind, :url, :secret, :verification_state, "
+        ":verification_token, :created_us)"
+    ),
+    "get_target": (
+        "SELECT id, tenant_id, kind, url, secret, verification_state, verification_token, created_us "
+        "FROM targets WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
+    ),
+    "list_targets": (
+        "SELECT id, tenant_id, kind, url, secret, verification_state, verification_token, created_us "
+        "FROM targets WHERE tenant_id = :tenant_id AND deleted_us IS NULL AND id > :after "
+        "ORDER BY id LIMIT :limit"
+    ),
+    "delete_target": (
+        "UPDATE targets SET deleted_us = :now_us WHERE tenant_id = :tenant_id AND id = :id "
+        "AND deleted_us IS NULL"
+    ),
+    "target_in_use": (
+        "SELECT t.id FROM triggers t JOIN trigger_versions v ON v.trigger_id = t.id "
+        "AND v.version = t.current_version WHERE t.tenant_id = :tenant_id AND v.target_id = :target_id "
+        "AND t.state <> 'deleted' LIMIT 1"
+    ),
+    "insert_trigger": (
+        "INSERT INTO triggers (id, tenant_id, name, state, current_version, partition, created_us, "
+        "updated_us) VALUES (:id, :tenant_id, :name, :state, :current_version, :partition, :created_us, "
+        ":updated_us)"
+    ),
+    "insert_version": (
+        "INSERT INTO trigger_versions (trigger_id, version, tenant_id, schedule, target_id, payload, "
+        "policies, tzdata_version, created_us) VALUES (:trigger_id, :version, :tenant_id, :schedule, "
+        ":target_id, :payload, :policies, :tzdata_version, :created_us)"
+    ),
+    "get_trigger": (
+        f"SELECT {TRIGGER_COLS} FROM triggers t LEFT JOIN due d ON d.trigger_id = t.id "
+        "WHERE t.tenant_id = :tenant_id AND t.id = :id AND t.state <> 'deleted'"
+    ),
+    "list_triggers": (
+        f"SELECT {TRIGGER_COLS} FROM triggers t LEFT JOIN due d ON d.trigger_id = t.id "
+        "WHERE t.tenant_id = :tenant_id AND t.state <> 'deleted' AND t.id > :after ORDER BY t.id LIMIT :limit"
+    ),
+    "get_version": (
+        "SELECT trigger_id, version, tenant_id, schedule, target_id, payload, policies, tzdata_version, "
+        "created_us FROM trigger_versions WHERE trigger_id = :trigger_id AND version = :version"
+    ),
+    "update_trigger_version": (
+        "UPDATE triggers SET current_version = :new_version, name = :name, updated_us = :now_us "
+        "WHERE tenant_id = :tenant_id AND id = :id AND current_version = :expected_version "
+        "AND state <> 'deleted'"
+    ),
+    "update_trigger_state": (
+        "UPDATE triggers SET state = :state, updated_us = :now_us WHERE tenant_id = :tenant_id "
+        "AND id = :id AND state = :expected_state"
+    ),
+    "upsert_due": (
+        "INSERT INTO due (trigger_id, tenant_id, partition, next_us, version) "
+        "VALUES (:trigger_id, :tenant_id, :partition, :next_us, :version) "
+        "ON CONFLICT (trigger_id) DO UPDATE SET next_us = excluded.next_us, version = excluded.version"
+    ),
+    "delete_due": "DELETE FROM due WHERE trigger_id = :trigger_id",
+    "bump_definitions": "UPDATE signals SET counter = counter + 1 WHERE name = 'definitions'",
+    "definitions_counter": "SELECT counter FROM signals WHERE name = 'definitions'",
+    # --- timing ---------------------------------------------------------------------------------
+    "due_rows": (
+        "SELECT trigger_id, tenant_id, partition, next_us, version FROM due WHERE next_us <= :until_us "
+        "ORDER BY next_us LIMIT :limit"
+    ),
+    "earliest_due": "SELECT MIN(next_us) FROM due",
+    "insert_fire": (
+        f"INSERT INTO fires ({_FIRE_COLS}) VALUES (:tenant_id, :trigger_id, :scheduled_us, :seq, :version, "
+        ":kind, :lane, :state, :cause, :decided_us, :decided_by, NULL, :finished_us, :tzdata_version, 0, "
+        ":next_attempt_us) ON CONFLICT DO NOTHING"
+    ),
+    "delete_fire": (
+        "DELETE FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND scheduled_us = :scheduled_us AND seq = :seq"
+    ),
+    "advance_due": (
+        "UPDATE due SET next_us = :new_next_us, version = :new_version WHERE trigger_id = :trigger_id "
+        "AND next_us = :expected_next_us AND version = :expected_version"
+    ),
+    "retire_due": (
+        "DELETE FROM due WHERE trigger_id = :trigger_id AND next_us = :expected_next_us "
+        "AND version = :expected_version"
+    ),
+    # --- dispatch -------------------------------------------------------------------------------
+    "claim_fires": (
+        "UPDATE fires SET state = 'dispatching', lease_owner = :owner, next_attempt_us = :lease_until_us, "
+        "attempts = attempts + 1, dispatched_us = COALESCE(dispatched_us, :now_us) "
+        "WHERE (tenant_id, trigger_id, scheduled_us, seq) IN ("
+        "  SELECT tenant_id, trigger_id, scheduled_us, seq FROM fires "
+        "  WHERE state IN ('pending', 'dispatching') AND lane = :lane AND next_attempt_us <= :now_us "
+        "  ORDER BY next_attempt_us LIMIT :limit) "
+        f"RETURNING {_FIRE_COLS}"
+    ),
+    "insert_attempt": (
+        "INSERT INTO attempts (tenant_id, trigger_id, scheduled_us, seq, attempt, started_us, node) "
+        "VALUES (:tenant_id, :trigger_id, :scheduled_us, :seq, :attempt, :started_us, :node) "
+        "ON CONFLICT DO NOTHING"
+    ),
+    "finish_attempt": (
+        "UPDATE attempts SET finished_us = :finished_us, result = :result, http_status = :http_status, "
+        "error = :error WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND scheduled_us = :scheduled_us AND seq = :seq AND attempt = :attempt"
+    ),
+    "settle_fire": (
+        "UPDATE fires SET state = :state, cause = :cause, next_attempt_us = :next_attempt_us, "
+        "finished_us = :finished_us, lease_owner = NULL "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
+        "AND seq = :seq AND state = 'dispatching' AND lease_owner = :owner AND attempts = :attempt"
+    ),
+    "set_lease": (
+        "UPDATE fires SET next_attempt_us = :until_us WHERE tenant_id = :tenant_id "
+        "AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us AND seq = :seq "
+        "AND lease_owner = :owner AND state = 'dispatching'"
+    ),
+    "targets_by_ids": (
+        "SELECT id, tenant_id, kind, url, secret, verification_state, verification_token, created_us "
+        "FROM targets WHERE id = :id"
+    ),
+    # --- history --------------------------------------------------------------------------------
+    "list_fires": (
+        f"SELECT {_FIRE_COLS} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND (scheduled_us > :after_us OR (scheduled_us = :after_us AND seq > :after_seq)) "
+        "ORDER BY scheduled_us, seq LIMIT :limit"
+    ),
+    "get_fire": (
+        f"SELECT {_FIRE_COLS} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND scheduled_us = :scheduled_us AND seq = :seq"
+    ),
+    "attempts_of_trigger_range": (
+        "SELECT scheduled_us, seq, attempt, started_us, finished_us, result, http_status, error, node "
+        "FROM attempts WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND scheduled_us >= :from_us AND scheduled_us <= :to_us ORDER BY scheduled_us, seq, attempt"
+    ),
+    "count_fires": "SELECT COUNT(*) FROM fires",
+}
+
+OVERRIDES: dict[str, dict[str, str]] = {
+    "postgres": {
+        "claim_fires": (
+            "UPDATE fires SET state = 'dispatching', lease_owner = :owner, "
+            "next_attempt_us = :lease_until_us, attempts = attempts + 1, "
+            "dispatched_us = COALESCE(dispatched_us, :now_us) "
+            "WHERE (tenant_id, trigger_id, scheduled_us, seq) IN ("
+            "  SELECT tenant_id, trigger_id, scheduled_us, seq FROM fires "
+            "  WHERE state IN ('pending', 'dispatching') AND lane = :lane AND next_attempt_us <= :now_us "
+            "  ORDER BY next_attempt_us LIMIT :limit FOR UPDATE SKIP LOCKED) "
+            f"RETURNING {_FIRE_COLS}"
+        ),
+    },
+}
+
+_NAMED = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def for_engine(engine: str) -> dict[str, str]:
+    """The query set for ``engine`` (``sqlite`` or ``postgres``), placeholders in its style."""
+    merged = {**QUERIES, **OVERRIDES.get(engine, {})}
+    if engine == "postgres":
+        return {k: _NAMED.sub(r"%(\1)s", v) for k, v in merged.items()}
+    return merged

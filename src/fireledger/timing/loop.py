@@ -1,0 +1,155 @@
+"""The timing loop: claim due instants ≤ the clock's earliest bound, commit fires, advance rows.
+
+``TimingLoop.tick()`` is one synchronous cycle (used directly by tests with a fake clock — the
+manual scheduler); ``run()`` repeats it on an asyncio loop, sleeping until the next due instant or
+until a definition changes (no fixed polling tick; the sleep is capped so definition changes made
+by other processes are seen within ``max_sleep_s``).
+
+Order of effects is the product's central rule: fires are committed (with the due-row advance, in
+one transaction) *before* ``on_committed`` hands them to dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from fireledger.clock import Clock
+from fireledger.definitions import next_us, recurrence_of
+from fireledger.domain.model import Decision, DueRow, FireState, NewFire, TriggerVersion
+from fireledger.domain.policies import PlanContext, plan_due
+from fireledger.recurrence import TZDATA_VERSION
+from fireledger.store import SqlStore
+
+log = logging.getLogger("fireledger.timing")
+
+DEFAULT_EPS_CEILING_US = 100_000
+
+
+@dataclass
+class TickResult:
+    """What one cycle did. ``shed`` is set when the clock bound was too wide to claim anything."""
+
+    claimed_rows: int = 0
+    inserted: list[NewFire] = field(default_factory=list)
+    lost: int = 0                 # CAS found the row moved: decided elsewhere (normal)
+    shed: str | None = None
+    earliest_us: int = 0
+    eps_us: int = 0
+
+
+class TimingLoop:
+    def __init__(self, store: SqlStore, clock: Clock, node_id: str, *, batch: int = 1000,
+                 eps_ceiling_us: int = DEFAULT_EPS_CEILING_US,
+                 on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
+                 max_sleep_s: float = 0.5, metrics: object | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.node_id = node_id
+        self.batch = batch
+        self.eps_ceiling_us = eps_ceiling_us
+        self.on_committed = on_committed
+        self.max_sleep_s = max_sleep_s
+        self._versions: dict[tuple[str, int], TriggerVersion] = {}
+        self._wake: asyncio.Event | None = None
+        self._stopping = False
+        self.last: TickResult | None = None
+        self.lateness_us: list[int] = []   # per inserted on-time fire: decided - scheduled
+
+    # --- one cycle -----------------------------------------------------------------------------
+
+    def _version(self, trigger_id: str, version: int) -> TriggerVersion | None:
+        key = (trigger_id, version)
+        v = self._versions.get(key)
+        if v is None:
+            v = self.store.get_version(trigger_id, version)
+            if v is not None:
+                if len(self._versions) > 1_000_000:
+                    self._versions.clear()
+                self._versions[key] = v
+        return v
+
+    def plan(self, rows: Sequence[DueRow], earliest_us: int) -> list[Decision]:
+        ctx = PlanContext(earliest_us=earliest_us, decided_by=self.node_id, tzdata_version=TZDATA_VERSION)
+        decisions = []
+        for row in rows:
+            v = self._version(row.trigger_id, row.version)
+            if v is None:
+                continue
+            rec = recurrence_of(v)
+            decisions.append(plan_due(row, lambda after, rec=rec: next_us(rec, after), v.policies, ctx))
+        return decisions
+
+    def tick(self) -> TickResult:
+        """One cycle: read the clock, claim every due row ≤ earliest (in batches), commit."""
+        iv = self.clock.now()
+        res = TickResult(earliest_us=iv.earliest_us, eps_us=iv.eps_us)
+        if iv.eps_us > self.eps_ceiling_us:
+            res.shed = (f"clock uncertainty {iv.eps_us / 1000:.1f} ms exceeds the ceiling "
+                        f"{self.eps_ceiling_us / 1000:.1f} ms ({iv.source}); claiming nothing")
+            log.warning(res.shed)
+            self.last = res
+            return res
+        while True:
+            rows = self.store.due_rows(iv.earliest_us, self.batch)
+            if not rows:
+                break
+            decisions = self.plan(rows, iv.earliest_us)
+            outcomes = self.store.apply_decisions(decisions)   # commit point
+            res.claimed_rows += len(rows)
+            for o in outcomes:
+                if not o.advanced:
+                    res.lost += 1
+                res.inserted.extend(o.inserted)
+            if len(rows) < self.batch:
+                break
+        pending = [f for f in res.inserted if f.state == FireState.PENDING]
+        for f in pending:
+            self.lateness_us.append(f.decided_us - f.scheduled_us)
+        if len(self.lateness_us) > 100_000:
+            del self.lateness_us[:50_000]
+        if pending:
+            self.on_committed(pending)   # only after commit
+        self.last = res
+        return res
+
+    # --- the async loop ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Definitions changed in this process: re-read the due index now."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wake()
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-store")
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                try:
+                    res = await loop.run_in_executor(executor, self.tick)
+                    if res.shed:
+                        delay = 1.0
+                    else:
+                        nxt = await loop.run_in_executor(executor, self.store.earliest_due)
+                        iv = self.clock.now()
+                        delay = self.max_sleep_s if nxt is None else (nxt - iv.earliest_us) / 1e6
+                        delay = max(0.0, min(delay, self.max_sleep_s))
+                except Exception:
+                    log.exception("timing cycle failed; retrying")
+                    delay = 1.0
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                    except TimeoutError:
+                        pass
+        finally:
+            executor.shutdown(wait=True)

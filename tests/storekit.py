@@ -1,0 +1,51 @@
+"""Helpers shared by store, timing and end-to-end tests: open a real store on either engine and
+build registry objects with little ceremony."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fireledger.definitions import next_us
+from fireledger.domain.keys import new_id
+from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
+from fireledger.recurrence import TZDATA_VERSION, compile_spec
+from fireledger.store import SqlStore
+
+T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for fake clocks
+
+
+def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> SqlStore:
+    if engine == "sqlite":
+        return SqlStore.open(f"sqlite:///{tmp_path}/store.db")
+    assert pg_server is not None
+    return SqlStore.open(pg_server.new_database(), migrate=True)
+
+
+def add_tenant(store: SqlStore, name: str = "acme", now_us: int = T0) -> Tenant:
+    t = Tenant(new_id("tn"), f"{name}-{new_id('x')}", now_us)
+    p = Principal(new_id("pr"), t.id, "root", frozenset({"author", "reader"}), now_us)
+    store.create_tenant_with_principal(t, p, f"hash-{p.id}")
+    return t
+
+
+def add_target(store: SqlStore, tenant: Tenant, url: str = "http://127.0.0.1:9/hook",
+               secret: str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", now_us: int = T0) -> Target:
+    tg = Target(new_id("tg"), tenant.id, "http", url, secret, "unverified", new_id("v"), now_us)
+    store.create_target(tg)
+    return tg
+
+
+def add_trigger(store: SqlStore, tenant: Tenant, target: Target, schedule: dict[str, Any], *,
+                now_us: int = T0, policies: Policies | None = None, payload: Any = None,
+                partition: int = 0) -> tuple[Trigger, TriggerVersion, int | None]:
+    from fireledger.domain.keys import from_us
+
+    rec = compile_spec(schedule, default_anchor=from_us(now_us))
+    tid = new_id("tr")
+    trig = Trigger(tid, tenant.id, f"t-{tid}", TriggerState.ACTIVE, 1, partition, now_us, now_us)
+    v = TriggerVersion(tid, 1, tenant.id, rec.spec(), target.id,
+                       json.dumps(payload or {}).encode(), policies or Policies(), TZDATA_VERSION, now_us)
+    first = next_us(rec, now_us)
+    store.create_trigger(trig, v, first)
+    return trig, v, first
