@@ -26,12 +26,17 @@ def compile_schedule(schedule: dict[str, Any]) -> Recurrence:
 
 
 def recurrence_of(v: TriggerVersion) -> Recurrence:
-    key = (v.trigger_id, v.version)
+    """The compiled recurrence of a stored version (cached by trigger and version)."""
+    return recurrence_for(v.trigger_id, v.version, v.schedule)
+
+
+def recurrence_for(trigger_id: str, version: int, schedule: dict[str, Any]) -> Recurrence:
+    key = (trigger_id, version)
     with _LOCK:
         rec = _CACHE.get(key)
         if rec is not None:
             return rec
-    rec = compile_spec(v.schedule)
+    rec = compile_spec(schedule)
     with _LOCK:
         _CACHE[key] = rec
         if len(_CACHE) > _CACHE_MAX:

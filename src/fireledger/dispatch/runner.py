@@ -20,9 +20,10 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 from fireledger.clock import Clock
+from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
-from fireledger.recurrence import format_instant
+from fireledger.recurrence import RecurrenceError, format_instant
 from fireledger.store import Settlement, SqlStore
 
 from .http import HttpRequest, HttpResult, HttpSender
@@ -46,8 +47,13 @@ def dispatch_body(job: DispatchJob, key: str) -> bytes:
     }, separators=(",", ":")).encode()
 
 
-def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float) -> Settlement:
-    """Pure: from an attempt's result to the fire's next state (terminal, or pending + retry time)."""
+def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
+           until_next_s: float | None = None) -> Settlement:
+    """Pure: from an attempt's result to the fire's next state (terminal, or pending + retry time).
+
+    ``until_next_s`` is the time left before the trigger's next scheduled instant: retries are
+    truncated there, so one fire's retries never overlap the next fire.
+    """
     status = res.http_status
     if res.outcome == "delivered":
         return Settlement(job, "delivered", status, None, "delivered", None, None)
@@ -55,7 +61,7 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float) -> Set
         cause = f"failed: HTTP {status} is final" if status else f"failed: {res.error}"
         return Settlement(job, "failed", status, res.error, "failed", cause, None)
     delay = retry_plan(job.attempt, max_attempts=job.policies.max_attempts, jitter=jitter,
-                       next_scheduled=None, retry_after_s=res.retry_after_s)
+                       next_scheduled=until_next_s, retry_after_s=res.retry_after_s)
     what = f"HTTP {status}" if status else (res.error or "no answer")
     if delay is None:
         if res.outcome == "unknown":
@@ -86,6 +92,17 @@ class Dispatcher:
         self._results: list[Settlement] = []
         self._flush_event: asyncio.Event | None = None
         self.delivered = 0
+        self._inflight = 0
+
+    def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
+        """Seconds from now to the trigger's next instant after this fire (None: no next one)."""
+        f = job.fire
+        try:
+            rec = recurrence_for(f.trigger_id, f.version, job.schedule)
+            nxt = next_us(rec, f.scheduled_us)
+        except RecurrenceError:
+            return None
+        return None if nxt is None else max(0.0, (nxt - now_us) / 1e6)
 
     def wake(self) -> None:
         """Fires were committed in this process: claim now instead of at the next idle poll."""
@@ -105,20 +122,28 @@ class Dispatcher:
             key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
             assert self.sender is not None
             now_s = self.clock.now().latest_us // 1_000_000
-            if job.target.url is None:
-                res = HttpResult("failed", None, "target has no URL", 0.0)
-            else:
+            try:
+                if job.target.url is None:
+                    raise ValueError("the target has no URL")
                 req = HttpRequest(url=job.target.url, secret=job.target.secret, fire_key=key,
                                   msg_id=f"{key}.{job.attempt}", timestamp=now_s,
                                   body=dispatch_body(job, key), timeout_s=job.policies.timeout_s)
+            except ValueError as exc:
+                # A definition that cannot be sent is final, recorded with its cause (never looped).
+                res = HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
+            else:
                 res = await self.sender.send(req)
-            self._results.append(settle(job, res, self.clock.now().latest_us, random.random()))
+            now_us = self.clock.now().latest_us
+            self._results.append(settle(job, res, now_us, random.random(), self._until_next(job, now_us)))
             if self._flush_event is not None:
                 self._flush_event.set()
         except Exception:
             log.exception("attempt failed unexpectedly")
         finally:
             sem.release()
+            self._inflight -= 1
+            if self._inflight <= self.concurrency // 2:
+                self.wake()   # room for another claim batch
 
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         assert self._flush_event is not None
@@ -145,7 +170,7 @@ class Dispatcher:
         self._flush_event = asyncio.Event()
         own_sender = self.sender is None
         if self.sender is None:
-            self.sender = HttpSender()
+            self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64))
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-store")
         sem = asyncio.Semaphore(self.concurrency)
         flusher = asyncio.create_task(self._flusher(loop, executor))
@@ -165,10 +190,11 @@ class Dispatcher:
                     claimed += len(jobs)
                     for job in jobs:
                         await sem.acquire()
+                        self._inflight += 1
                         t = asyncio.create_task(self._attempt(job, sem))
                         tasks.add(t)
                         t.add_done_callback(tasks.discard)
-                if claimed == 0 or len(tasks) >= self.concurrency:
+                if claimed == 0 or self._inflight > self.concurrency // 2:
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout=self.idle_s)
                     except TimeoutError:

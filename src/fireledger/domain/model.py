@@ -242,3 +242,4 @@ class DispatchJob:
     policies: Policies
     lease_owner: str
     lease_expires_us: int
+    schedule: dict[str, Any] = field(default_factory=dict)

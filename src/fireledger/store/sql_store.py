@@ -408,7 +408,7 @@ class SqlStore:
                                                "scheduled_us": f.scheduled_us, "seq": f.seq,
                                                "owner": owner, "until_us": own})
                     until = own
-                jobs.append(DispatchJob(f, f.attempts, t, v.payload, v.policies, owner, until))
+                jobs.append(DispatchJob(f, f.attempts, t, v.payload, v.policies, owner, until, v.schedule))
         return jobs
 
     def settle_attempts(self, items: Sequence[Settlement], now_us: int) -> list[bool]:

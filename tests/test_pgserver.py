@@ -1,0 +1,37 @@
+"""The throwaway PostgreSQL server used by the postgres-marked tests."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from pgserver import PgServer
+
+pytestmark = pytest.mark.postgres
+
+USER_RELATIONS = """
+select count(*) from pg_catalog.pg_class c
+join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+where n.nspname not in ('pg_catalog', 'information_schema') and n.nspname not like 'pg_toast%'
+"""
+
+
+def test_select_1(pg_server: PgServer) -> None:
+    with psycopg.connect(pg_server.url) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+        assert conn.execute("show max_connections").fetchone() == ("200",)
+
+
+def test_new_databases_are_distinct_empty_and_isolated(pg_server: PgServer) -> None:
+    a, b = pg_server.new_database(), pg_server.new_database()
+    assert a != b
+    names = []
+    for url in (a, b):
+        with psycopg.connect(url) as conn:
+            names.append(conn.execute("select current_database()").fetchone())
+            assert conn.execute(USER_RELATIONS).fetchone() == (0,)
+    assert names[0] != names[1]
+    with psycopg.connect(a) as conn:
+        conn.execute("create table t (x int)")
+    with psycopg.connect(b) as conn:
+        assert conn.execute(USER_RELATIONS).fetchone() == (0,), "a table in one database leaks into another"
