@@ -1,0 +1,138 @@
+"""Real processes for end-to-end tests: ``fireledger serve`` (or one plane) in a subprocess, the
+``fireledger`` CLI, and a tiny JSON HTTP client. Waiting is always polling with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent / "fireledger"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def cli(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"fireledger {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+class Api:
+    def __init__(self, base: str, token: str | None = None) -> None:
+        self.base = base.rstrip("/")
+        self.token = token
+
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None,
+             raw: bytes | None = None) -> tuple[int, Any]:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("content-type", "application/json")
+        tok = token if token is not None else self.token
+        if tok:
+            req.add_header("authorization", f"Bearer {tok}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                text = r.read().decode()
+                return r.status, (json.loads(text) if text else None)
+        except urllib.error.HTTPError as e:
+            text = e.read().decode()
+            try:
+                return e.code, json.loads(text)
+            except ValueError:
+                return e.code, text
+
+    def ok(self, method: str, path: str, body: Any = None, expect: int | tuple[int, ...] = (200, 201, 204)) -> Any:
+        status, out = self.call(method, path, body)
+        exp = (expect,) if isinstance(expect, int) else expect
+        assert status in exp, f"{method} {path} -> {status}: {out}"
+        return out
+
+
+class Service:
+    """``fireledger <roles> --db URL`` in its own process group, with its log in a file."""
+
+    def __init__(self, db: str, workdir: Path, *, command: str = "serve", port: int | None = None,
+                 env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
+        self.db = db
+        self.workdir = workdir
+        self.command = command
+        self.port = port if port is not None else (free_port() if command in ("serve", "control") else None)
+        self.env = {**os.environ, "FIRELEDGER_ALLOW_PRIVATE_TARGETS": "1", **(env or {})}
+        self.prefix = prefix or []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"{command}-{time.monotonic_ns()}.log"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30) -> Service:
+        args = [*self.prefix, str(BIN), self.command, "--db", self.db]
+        if self.port is not None:
+            args += ["--listen", f"127.0.0.1:{self.port}"]
+        self.log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        if self.port is not None:
+            wait_until(self._healthy, timeout_s, f"{self.command} to answer /healthz")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"{self.command} exited {self.proc.returncode}: {self.log_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(self.base + "/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=20)
+        if getattr(self, "log", None):
+            self.log.close()
+
+
+def new_tenant(db: str, name: str = "acme") -> tuple[str, str]:
+    out = json.loads(cli("tenant", "create", f"{name}-{time.monotonic_ns()}", "--db", db, "--json").stdout)
+    return out["tenant_id"], out["token"]
