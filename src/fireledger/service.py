@@ -15,7 +15,7 @@ import signal
 import socket
 from collections.abc import Sequence
 
-from fireledger.clock import SystemClock
+from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.domain.model import NewFire
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.store import SqlStore
@@ -40,8 +40,11 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
     from fireledger.dispatch.runner import Dispatcher
     from fireledger.timing import TimingLoop
 
-    clock = SystemClock()
-    iv = clock.now()
+    system = SystemClock()
+    clock: Clock = system
+    if store.engine_name == "postgres":
+        clock = CrossCheckedClock(system, store.server_time_us)
+    iv = system.now()
     if iv.source == "declared":
         log.warning(
             "the kernel reports its clock unsynchronised; using the declared bound ε = %.1f ms "

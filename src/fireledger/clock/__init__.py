@@ -6,7 +6,8 @@ epoch, with the source of its bound. The timing plane claims an instant only whe
 """
 
 from .base import Clock, ClockReading, Interval
+from .crosscheck import CrossCheckedClock
 from .fake import FakeClock
 from .system import SystemClock, kernel_error_bound
 
-__all__ = ["Clock", "ClockReading", "FakeClock", "Interval", "SystemClock", "kernel_error_bound"]
+__all__ = ["Clock", "ClockReading", "CrossCheckedClock", "FakeClock", "Interval", "SystemClock", "kernel_error_bound"]

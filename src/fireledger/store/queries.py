@@ -167,10 +167,13 @@ QUERIES: dict[str, str] = {
         "AND scheduled_us >= :from_us AND scheduled_us <= :to_us ORDER BY scheduled_us, seq, attempt"
     ),
     "count_fires": "SELECT COUNT(*) FROM fires",
+    # SQLite has no independent clock: the embedded default has one process and one clock.
+    "server_time_us": "SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
 }
 
 OVERRIDES: dict[str, dict[str, str]] = {
     "postgres": {
+        "server_time_us": "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint",
         "claim_fires": (
             "UPDATE fires SET state = 'dispatching', lease_owner = :owner, "
             "next_attempt_us = :lease_until_us, attempts = attempts + 1, "

@@ -468,6 +468,11 @@ class SqlStore:
         attempts = [Attempt(*r[2:]) for r in arows if r[1] == key.seq]
         return _with_attempts(_fire(row), attempts)
 
+    def server_time_us(self) -> int:
+        """The database server's clock (PostgreSQL ``clock_timestamp()``), µs since the epoch."""
+        with self.engine.read() as c:
+            return int(c.execute(self.q["server_time_us"]).fetchone()[0])
+
     def count_fires(self) -> int:
         with self.engine.read() as c:
             return int(c.execute(self.q["count_fires"]).fetchone()[0])
