@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/fireledger serve $(ARGS)
+	@echo "fireledger: API on http://127.0.0.1:8080/v1 (schema: /openapi.json, metrics: /metrics)"
+	@echo "fireledger: get a token with: $(BIN)/fireledger tenant create acme --json"
+	@echo "fireledger: local demo mode: loopback/private targets allowed (FIRELEDGER_ALLOW_PRIVATE_TARGETS=1)"
+	FIRELEDGER_ALLOW_PRIVATE_TARGETS=1 $(BIN)/fireledger serve $(ARGS)
 
 test: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
@@ -32,7 +35,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
 
 bench: $(STAMP)
-	$(BIN)/python bench/recurrence.py $(ARGS)
+	$(BIN)/python bench/run.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

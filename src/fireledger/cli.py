@@ -167,6 +167,52 @@ def control_cmd(
     _roles_command(("control",), db, listen)
 
 
+# --- operator commands: tenants and schema (talk to the store directly) -------------------------
+
+tenant_app = typer.Typer(help="Tenants (operator commands; talk to the store directly).",
+                         no_args_is_help=True, rich_markup_mode=None)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(db_app, name="db")
+
+
+@tenant_app.command("create")
+def tenant_create_cmd(
+    name: Annotated[str, typer.Argument(help="Tenant name (unique).")],
+    db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"tenant_id": …, "token": …}.')] = False,
+) -> None:
+    """Create a tenant and a token carrying every role of it (the token is shown only once)."""
+    from fireledger.control.operator import OperatorError, tenant_create
+
+    try:
+        tenant_id, token = tenant_create(db, name)
+    except OperatorError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps({"tenant_id": tenant_id, "token": token}))
+        return
+    typer.echo(f"created tenant {name!r}: {tenant_id}")
+    typer.echo(f"token (shown only once; send as 'Authorization: Bearer <token>'): {token}")
+
+
+@db_app.command("upgrade")
+def db_upgrade_cmd(
+    db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+) -> None:
+    """Apply every missing schema migration (PostgreSQL needs this; SQLite migrates on first use)."""
+    from fireledger.control.operator import OperatorError, db_upgrade
+
+    try:
+        applied, version = db_upgrade(db)
+    except OperatorError as exc:
+        fail(str(exc))
+    if applied:
+        typer.echo(f"applied migrations {', '.join(str(v) for v in applied)}; schema at version {version}")
+    else:
+        typer.echo(f"schema already at version {version}; nothing to apply")
+
+
 def main() -> None:
     """Entry point: run the app; turn usage and input errors into one line and exit code 2."""
     try:

@@ -23,6 +23,7 @@ from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
+from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
 from fireledger.store import Settlement, SqlStore
 
@@ -134,6 +135,9 @@ class Dispatcher:
             else:
                 res = await self.sender.send(req)
             now_us = self.clock.now().latest_us
+            METRICS.attempts.labels(f.lane, res.outcome).inc()
+            if res.outcome == "delivered":
+                METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             self._results.append(settle(job, res, now_us, random.random(), self._until_next(job, now_us)))
             if self._flush_event is not None:
                 self._flush_event.set()

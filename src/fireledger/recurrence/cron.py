@@ -14,7 +14,7 @@ with ``*``), as in Vixie cron; otherwise with AND.
 from __future__ import annotations
 
 from bisect import bisect_left
-from datetime import datetime, timedelta
+from datetime import MAXYEAR, date, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
 
@@ -38,12 +38,13 @@ _FIELDS = [
     ("month", 1, 12),
     ("day-of-week", 0, 7),
 ]
-_MONTHS = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split()
-_DAYS = "SUN MON TUE WED THU FRI SAT".split()
+_MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+_DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
 _MAX_EXPR_LEN = 256
 _ONE_S = timedelta(seconds=1)
 _ONE_DAY = timedelta(days=1)
 _32_DAYS = timedelta(days=32)
+_LAST_MONTH = date(MAXYEAR, 12, 1)
 
 
 def _value(name: str, lo: int, hi: int, token: str) -> int:
@@ -51,7 +52,7 @@ def _value(name: str, lo: int, hi: int, token: str) -> int:
         return _MONTHS.index(token) + 1
     if name == "day-of-week" and token in _DAYS:
         return _DAYS.index(token)
-    if not token.isdigit():
+    if not _is_number(token):
         if token == "":
             raise RecurrenceError(name, "a value is missing")
         raise RecurrenceError(name, f"{token!r} is not a number{_names_hint(name)}")
@@ -59,6 +60,11 @@ def _value(name: str, lo: int, hi: int, token: str) -> int:
     if not lo <= v <= hi:
         raise RecurrenceError(name, f"{v} is out of range {lo}-{hi}")
     return v
+
+
+def _is_number(token: str) -> bool:
+    # str.isdigit() is true for "²" and "١", which int() or cronsim then refuse: ASCII digits only.
+    return token.isascii() and token.isdigit()
 
 
 def _names_hint(name: str) -> str:
@@ -69,13 +75,20 @@ def _names_hint(name: str) -> str:
     return ""
 
 
-def _check_field(name: str, lo: int, hi: int, text: str) -> None:
+def _check_field(name: str, lo: int, hi: int, text: str) -> str:
+    """Validate one field; return it with degenerate stepped ranges (``5-5/2``) collapsed to ``5``.
+
+    cronsim reads a one-value range with a step as "from there to the end of the field" (``5-5/2``
+    would be 5,7,9,…,59); cron means the single value.
+    """
+    terms = []
     for term in text.split(","):
+        terms.append(term)
         if term == "":
             raise RecurrenceError(name, f"empty item in list {text!r}")
         base, slash, step = term.partition("/")
         if slash:
-            if not step.isdigit() or int(step) == 0:
+            if not _is_number(step) or int(step) == 0:
                 raise RecurrenceError(name, f"step {step!r} must be a whole number of at least 1")
             if int(step) > hi:
                 raise RecurrenceError(name, f"step {step} is larger than the field's range {lo}-{hi}")
@@ -86,6 +99,8 @@ def _check_field(name: str, lo: int, hi: int, text: str) -> None:
                 raise RecurrenceError(name, f"{base} cannot take a step")
             continue
         if name == "day-of-week" and base.endswith("L") and len(base) > 1:
+            if not _is_number(base[:-1]):
+                raise RecurrenceError(name, f"{base}: L needs a day number 0-7 before it (e.g. 5L)")
             _value(name, lo, hi, base[:-1])
             if slash or len(text.split(",")) > 1:
                 raise RecurrenceError(name, f"{base} must stand alone")
@@ -93,7 +108,9 @@ def _check_field(name: str, lo: int, hi: int, text: str) -> None:
         if name == "day-of-week" and "#" in base:
             day, _, nth = base.partition("#")
             _value(name, lo, hi, day)
-            if not nth.isdigit() or not 1 <= int(nth) <= 5:
+            if slash:
+                raise RecurrenceError(name, f"{base} cannot take a step")
+            if not _is_number(nth) or not 1 <= int(nth) <= 5:
                 raise RecurrenceError(name, f"#{nth} must be #1 to #5")
             continue
         if "-" in base:
@@ -101,8 +118,11 @@ def _check_field(name: str, lo: int, hi: int, text: str) -> None:
             va, vb = _value(name, lo, hi, a), _value(name, lo, hi, b)
             if vb < va:
                 raise RecurrenceError(name, f"range {base} runs backwards")
+            if va == vb and slash:
+                terms[-1] = a
             continue
         _value(name, lo, hi, base)
+    return ",".join(terms)
 
 
 def normalise(expr: str) -> str:
@@ -128,8 +148,7 @@ def normalise(expr: str) -> str:
         raise RecurrenceError(
             "cron", f"expected 5 fields (or 6 with leading seconds), got {len(parts)}"
         )
-    for (name, lo, hi), part in zip(_FIELDS, parts, strict=True):
-        _check_field(name, lo, hi, part)
+    parts = [_check_field(name, lo, hi, part) for (name, lo, hi), part in zip(_FIELDS, parts, strict=True)]
     return " ".join(parts)
 
 
@@ -184,12 +203,16 @@ class WallMatcher:
 
         Raises :class:`NoMatchError` when nothing matches within 50 years.
         """
-        start = wall.replace(microsecond=0, tzinfo=None) + _ONE_S
+        try:
+            start = wall.replace(microsecond=0, tzinfo=None) + _ONE_S
+        except OverflowError:
+            raise NoMatchError("cron", f"no time matches {self.expression!r} before the year 10000") from None
         day = start.date()
-        limit = day.replace(year=day.year + 50, day=1)
+        # Capped so that neither the day nor the month step below can run past 9999-12-31.
+        limit = day.replace(year=day.year + 50, day=1) if day.year + 50 <= MAXYEAR else _LAST_MONTH
         match_day = self._sim.match_day
         months = self._months
-        hms: tuple[int, int, int] | None = (start.hour, start.minute, start.second)
+        hms: tuple[int, int, int] = (start.hour, start.minute, start.second)
         while day < limit:
             if day.month not in months:
                 day = (day.replace(day=1) + _32_DAYS).replace(day=1)

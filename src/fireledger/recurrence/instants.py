@@ -49,17 +49,21 @@ def parse_instant(text: str, field: str = "instant") -> datetime:
             int(m.group(1)), int(m.group(2)), int(m.group(3)),
             int(m.group(4)), int(m.group(5)), int(m.group(6)), micro, tzinfo=tz,
         )
+        return dt.astimezone(UTC)
     except ValueError as exc:
         raise RecurrenceError(field, f"{text!r} is not a valid instant ({exc})") from None
-    return dt.astimezone(UTC)
+    except OverflowError:
+        raise RecurrenceError(field, f"{text!r} is outside the years 0001-9999 in UTC") from None
 
 
 def format_instant(dt: datetime) -> str:
     """Format an aware datetime as RFC 3339 UTC with a ``Z`` suffix."""
     u = dt.astimezone(UTC)
+    # Not strftime("%Y"): it drops the leading zeros of years before 1000 on glibc.
+    text = f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
     if u.microsecond:
-        return u.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return u.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{text}.{u.microsecond:06d}Z"
+    return f"{text}Z"
 
 
 def parse_duration(text: str, field: str = "duration", *, minimum: timedelta | None = None,
@@ -83,7 +87,10 @@ def parse_duration(text: str, field: str = "duration", *, minimum: timedelta | N
         raise RecurrenceError(
             field, f"{text!r} is not a duration (use a number and a unit: ms, s, m, h, d; e.g. 90s)"
         )
-    value = timedelta(microseconds=total)
+    try:
+        value = timedelta(microseconds=total)
+    except OverflowError:
+        raise RecurrenceError(field, f"{text!r} is too long") from None
     if minimum is not None and value < minimum:
         raise RecurrenceError(field, f"{text!r} is shorter than the minimum {format_duration(minimum)}")
     if maximum is not None and value > maximum:
@@ -93,7 +100,7 @@ def parse_duration(text: str, field: str = "duration", *, minimum: timedelta | N
 
 def format_duration(value: timedelta) -> str:
     """Format a duration in the shortest form parse_duration reads back (e.g. ``1h30m``)."""
-    us = int(value / timedelta(microseconds=1))
+    us = value // timedelta(microseconds=1)  # exact; value / timedelta is a float
     if us == 0:
         return "0s"
     parts = []

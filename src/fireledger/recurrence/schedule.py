@@ -269,16 +269,21 @@ def _fold_end_wall(zone: ZoneInfo, after_utc: datetime, local: datetime) -> date
 def _next_cron(rec: CronRecurrence, after: datetime) -> tuple[datetime, datetime, Note]:
     """First (utc instant, wall, note) strictly after aware ``after``; unbounded by the window."""
     zone = rec.zone
-    after_utc = _utc_naive(after)
-    local = after.astimezone(zone)
-    wall = local.replace(tzinfo=None)
-    if local.fold:
-        wall = _fold_end_wall(zone, after_utc, local)
-    for _ in range(_MAX_CANDIDATES):
-        wall = rec.matcher.next_wall(wall)
-        instant, note = _resolve(zone, wall)
-        if instant > after_utc:
-            return instant, wall, note
+    try:
+        after_utc = _utc_naive(after)
+        local = after.astimezone(zone)
+        wall = local.replace(tzinfo=None)
+        if local.fold:
+            wall = _fold_end_wall(zone, after_utc, local)
+        for _ in range(_MAX_CANDIDATES):
+            wall = rec.matcher.next_wall(wall)
+            instant, note = _resolve(zone, wall)
+            if instant > after_utc:
+                return instant, wall, note
+    except OverflowError:
+        # ``after`` within a day of 0001-01-01 or 9999-12-31: no representable instant.
+        raise NoMatchError("cron", f"no instant of {rec.expression!r} after {after.isoformat()} "
+                           "within the years 0001-9999") from None
     raise NoMatchError("cron", f"search for {rec.expression!r} after {format_instant(after)} did not settle")
 
 
@@ -299,7 +304,10 @@ def next_occurrence(rec: Recurrence, after: datetime) -> Occurrence | None:
             instant = rec.anchor
         else:
             k = (after - rec.anchor) // rec.every + 1
-            instant = rec.anchor + k * rec.every
+            try:
+                instant = rec.anchor + k * rec.every
+            except OverflowError:
+                return None  # the next instant is past 9999-12-31: nothing left to fire
         occ = Occurrence(instant, None, None)
     else:
         if rec.at <= after:

@@ -167,6 +167,7 @@ QUERIES: dict[str, str] = {
         "AND scheduled_us >= :from_us AND scheduled_us <= :to_us ORDER BY scheduled_us, seq, attempt"
     ),
     "count_fires": "SELECT COUNT(*) FROM fires",
+    "oldest_undelivered": "SELECT MIN(scheduled_us) FROM fires WHERE state IN ('pending', 'dispatching')",
     # SQLite has no independent clock: the embedded default has one process and one clock.
     "server_time_us": "SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)",
 }

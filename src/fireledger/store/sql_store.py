@@ -468,6 +468,15 @@ class SqlStore:
         attempts = [Attempt(*r[2:]) for r in arows if r[1] == key.seq]
         return _with_attempts(_fire(row), attempts)
 
+    def oldest_undispatched_us(self, now_us: int) -> int | None:
+        """The oldest instant that is due (≤ ``now_us``) but not yet decided, or decided but not
+        yet delivered; None when nothing is waiting."""
+        with self.engine.read() as c:
+            due = c.execute(self.q["earliest_due"]).fetchone()[0]
+            fired = c.execute(self.q["oldest_undelivered"]).fetchone()[0]
+        waiting = [int(x) for x in (due, fired) if x is not None and int(x) <= now_us]
+        return min(waiting) if waiting else None
+
     def server_time_us(self) -> int:
         """The database server's clock (PostgreSQL ``clock_timestamp()``), µs since the epoch."""
         with self.engine.read() as c:

@@ -21,6 +21,7 @@ from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_of
 from fireledger.domain.model import Decision, DueRow, FireState, NewFire, TriggerVersion
 from fireledger.domain.policies import PlanContext, plan_due
+from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.store import SqlStore
 
@@ -87,6 +88,8 @@ class TimingLoop:
         """One cycle: read the clock, claim every due row ≤ earliest (in batches), commit."""
         iv = self.clock.now()
         res = TickResult(earliest_us=iv.earliest_us, eps_us=iv.eps_us)
+        METRICS.eps.labels(self.node_id, iv.source).set(iv.eps_us / 1e6)
+        METRICS.shedding.labels(self.node_id).set(1 if iv.eps_us > self.eps_ceiling_us else 0)
         if iv.eps_us > self.eps_ceiling_us:
             res.shed = (f"clock uncertainty {iv.eps_us / 1000:.1f} ms exceeds the ceiling "
                         f"{self.eps_ceiling_us / 1000:.1f} ms ({iv.source}); claiming nothing")
@@ -107,8 +110,12 @@ class TimingLoop:
             if len(rows) < self.batch:
                 break
         pending = [f for f in res.inserted if f.state == FireState.PENDING]
+        for f in res.inserted:
+            METRICS.fires.labels(f.lane.value, f.state.value).inc()
         for f in pending:
             self.lateness_us.append(f.decided_us - f.scheduled_us)
+            if f.lane.value == "on-time":
+                METRICS.lateness.observe((f.decided_us - f.scheduled_us) / 1e6)
         if len(self.lateness_us) > 100_000:
             del self.lateness_us[:50_000]
         if pending:

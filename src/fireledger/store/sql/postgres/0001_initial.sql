@@ -90,6 +90,8 @@ CREATE TABLE fires (
 );
 -- Live fires only (pending / dispatching), ordered for the dispatch plane's claim.
 CREATE INDEX fires_dispatchable ON fires (lane, next_attempt_us) WHERE state IN ('pending', 'dispatching');
+-- The oldest undelivered instant (the paging signal).
+CREATE INDEX fires_undelivered ON fires (scheduled_us) WHERE state IN ('pending', 'dispatching');
 CREATE TABLE attempts (
   tenant_id TEXT NOT NULL,
   trigger_id TEXT NOT NULL,

@@ -1,0 +1,265 @@
+"""The control plane's HTTP API (FastAPI), versioned under ``/v1``.
+
+Errors are RFC 9457 ``application/problem+json`` everywhere — validation (with ``errors`` naming each
+field as a dotted path such as ``schedule.cron``), malformed JSON, unknown routes, wrong methods,
+auth, conflicts and unexpected failures (a generic 500: never a traceback, never request data).
+
+Handlers are synchronous (FastAPI runs them in its threadpool; the store keeps a connection per
+thread). Instants come from the injected :class:`~fireledger.clock.Clock`, never ``time.time()``.
+
+Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
+
+====================================  ========  =================================================
+``GET  /healthz``                     —         liveness
+``POST /v1/targets``                  admin     register a target (secret shown once)
+``GET  /v1/targets[/{id}]``           reader
+``DELETE /v1/targets/{id}``           admin     409 while a live trigger uses it
+``POST /v1/triggers``                 author    (+ policy to set policy fields)
+``GET  /v1/triggers[/{id}]``          reader
+``PATCH /v1/triggers/{id}``           author    (+ policy to change policy fields)
+``DELETE /v1/triggers/{id}``          author
+``POST /v1/triggers/{id}/pause``      author
+``POST /v1/triggers/{id}/resume``     author
+``GET  /v1/triggers/{id}/preview``    reader
+``GET  /v1/triggers/{id}/fires``      reader    fire history, oldest first
+``GET  /v1/fires/{key}``              reader    one fire
+====================================  ========  =================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fireledger.clock import Clock
+from fireledger.store import SqlStore
+
+from . import targets, triggers
+from .auth import hash_token, parse_bearer, unauthorized
+from .context import ApiContext
+from .problems import PROBLEM_JSON, ProblemError, invalid, problem
+from .schemas import Health
+from .urls import private_targets_allowed_by_env
+
+log = logging.getLogger("fireledger.control")
+
+#: Largest request body accepted (a trigger's payload is capped at 64 KiB; this bounds parsing).
+MAX_BODY_BYTES = 1024 * 1024
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+
+
+def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
+               allow_private_targets: bool | None = None) -> FastAPI:
+    """Build the control API over ``store``, stamping instants from ``clock``.
+
+    ``on_definition_change`` is called after every committed trigger change (the embedded timing
+    loop wakes at once). ``allow_private_targets`` defaults to ``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``.
+    """
+    from fireledger import __version__
+
+    if allow_private_targets is None:
+        allow_private_targets = private_targets_allowed_by_env()
+    app = FastAPI(
+        title="fireledger",
+        version=__version__,
+        summary="Durable, multi-tenant scheduled triggers: never early; a committed, keyed fire record "
+                "before any delivery.",
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets)
+
+    @app.exception_handler(ProblemError)
+    async def _problem(_request: Request, exc: ProblemError) -> Any:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> Any:
+        return validation_problem(exc.errors()).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Any:
+        slug = {404: "not-found", 405: "method-not-allowed", 400: "bad-request"}.get(exc.status_code)
+        detail = {404: "no such resource", 405: "method not allowed on this resource",
+                  400: "the request body could not be parsed"}.get(exc.status_code, "request refused")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return problem(exc.status_code, detail, slug=slug, headers=headers)
+
+    @app.get("/healthz", response_model=Health, tags=["ops"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.include_router(targets.router)
+    app.include_router(triggers.router)
+    app.include_router(triggers.fires_router)
+    app.add_middleware(GuardMiddleware, store=store)
+    return app
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route accepts at this path (Starlette reports only the first route's)."""
+    allowed = []
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        probe = {**request.scope, "method": method}
+        if any(route.matches(probe)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = list(loc)
+    if parts and parts[0] in _LOCATIONS:
+        kind = str(parts.pop(0))
+        if not parts:
+            return kind
+    return ".".join(str(p) for p in parts) or "body"
+
+
+def _problem_text(err: dict[str, Any]) -> str:
+    """A problem sentence for one pydantic error — from its type and context, never its input."""
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    if kind == "missing":
+        return "is required"
+    if kind in ("string_type", "string_unicode"):
+        return "must be a string"
+    if kind in ("dict_type", "model_attributes_type", "model_type"):
+        return "must be a JSON object"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be an integer"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', 'the documented values')}"
+    if kind == "string_too_short":
+        return f"must be at least {ctx.get('min_length')} characters"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()), "")
+        return f"must be {op} {bound}"
+    msg = str(err.get("msg", "is invalid"))
+    return msg[:1].lower() + msg[1:]
+
+
+def validation_problem(errors: Any) -> ProblemError:
+    items: list[tuple[str, str]] = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            where = err.get("loc", ("body", 0))
+            pos = where[1] if len(where) > 1 else 0
+            return invalid([("body", f"is not valid JSON ({(err.get('ctx') or {}).get('error', 'syntax')} "
+                                     f"at character {pos})")], status=400)
+        items.append((_field(err.get("loc", ())), _problem_text(err)))
+    if not items:
+        items.append(("body", "is invalid"))
+    return invalid(items)
+
+
+class GuardMiddleware:
+    """Outermost guard for the API (pure ASGI).
+
+    * ``/v1/*``: authenticates the bearer token *before* routing (401 for anything unauthenticated,
+      whatever the path or body), bounds the request body (413) and requires JSON bodies (415).
+    * Everywhere: an unexpected exception becomes a generic 500 problem. The log line carries the
+      exception type and stack frames only — no message, no request data — so a payload can never
+      reach the logs through an error.
+    """
+
+    def __init__(self, app: ASGIApp, store: SqlStore) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            path: str = scope.get("path", "")
+            if path == "/v1" or path.startswith("/v1/"):
+                refusal, receive = await self._guard(scope, receive)
+                if refusal is not None:
+                    await refusal.response()(scope, receive, send_tracking)
+                    return
+            await self.app(scope, receive, send_tracking)
+        except Exception as exc:
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+            log.error("unhandled %s in %s %s\n%s", type(exc).__name__, scope.get("method"),
+                      scope.get("path"), frames)
+            if not started:
+                resp = problem(500, "an internal error occurred; it has been logged", slug="internal")
+                await resp(scope, receive, send)
+
+    async def _guard(self, scope: Scope, receive: Receive) -> tuple[ProblemError | None, Receive]:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        token = parse_bearer(headers.get("authorization"))
+        if token is None:
+            return unauthorized(), receive
+        principal = await anyio.to_thread.run_sync(self.store.principal_by_token_hash, hash_token(token))
+        if principal is None:
+            return unauthorized("the bearer token is not valid"), receive
+        scope.setdefault("state", {})["principal"] = principal
+
+        # Buffer the body (bounded), then replay it to the app.
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return _too_large(), receive
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                chunks = []
+                break
+            body = message.get("body", b"")
+            size += len(body)
+            if size > MAX_BODY_BYTES:
+                return _too_large(), receive
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        data = b"".join(chunks)
+        if data:
+            ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+            if not (ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))):
+                return ProblemError(415, "the request body must be JSON (Content-Type: application/json)",
+                                    slug="unsupported-media-type"), receive
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()
+
+        return None, replay
+
+
+def _too_large() -> ProblemError:
+    return ProblemError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes",
+                        slug="body-too-large")
+
+
+__all__ = ["MAX_BODY_BYTES", "PROBLEM_JSON", "GuardMiddleware", "create_app", "validation_problem"]

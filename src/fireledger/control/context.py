@@ -1,0 +1,29 @@
+"""What every handler needs: the store, the clock and the definition-change hook."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from fireledger.clock import Clock
+from fireledger.store import SqlStore
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    store: SqlStore
+    clock: Clock
+    on_definition_change: Callable[[], None]
+    allow_private_targets: bool
+
+    def now_us(self) -> int:
+        """The instant stamped on created/updated records and used as "now" for schedules: the
+        clock's *latest* bound (a first instant is never placed inside the uncertainty window)."""
+        return self.clock.now().latest_us
+
+
+def get_ctx(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.fireledger
+    return ctx

@@ -1,0 +1,91 @@
+"""Operator commands that talk to the store directly (``fireledger tenant create``, ``db upgrade``).
+
+Every failure is an :class:`OperatorError` carrying one line for the CLI to print.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from fireledger.clock import SystemClock
+from fireledger.store import SqlStore, StoreError
+from fireledger.store.engine import engine_for_url
+
+from .auth import create_tenant, validate_tenant_name
+
+
+class OperatorError(Exception):
+    """A one-line, operator-actionable failure."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _is_duplicate(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.IntegrityError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, psycopg.IntegrityError)
+
+
+def _is_db_error(exc: BaseException) -> bool:
+    if isinstance(exc, StoreError | sqlite3.Error):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
+def open_store(url: str, *, migrate: bool | None = None) -> SqlStore:
+    try:
+        return SqlStore.open(url, migrate=migrate)
+    except StoreError as exc:
+        raise OperatorError(str(exc)) from None
+    except Exception as exc:
+        if _is_db_error(exc):
+            raise OperatorError(f"--db: cannot open the database: {_one_line(exc)}") from None
+        raise
+
+
+def tenant_create(url: str, name: str) -> tuple[str, str]:
+    """Create tenant ``name`` with one principal holding every role; return ``(tenant_id, token)``."""
+    try:
+        name = validate_tenant_name(name)
+    except ValueError as exc:
+        raise OperatorError(str(exc)) from None
+    store = open_store(url)
+    try:
+        return create_tenant(store, name, SystemClock().now().latest_us)
+    except Exception as exc:
+        if _is_duplicate(exc):
+            raise OperatorError(f"NAME: a tenant named {name!r} already exists") from None
+        if _is_db_error(exc):
+            raise OperatorError(f"--db: {_one_line(exc)}") from None
+        raise
+    finally:
+        store.close()
+
+
+def db_upgrade(url: str) -> tuple[list[int], int]:
+    """Apply every missing migration; return ``(applied versions, resulting schema version)``."""
+    try:
+        store = SqlStore(engine_for_url(url))
+    except StoreError as exc:
+        raise OperatorError(str(exc)) from None
+    try:
+        applied = store.migrate(SystemClock().now().latest_us)
+        return applied, store.schema_version()
+    except StoreError as exc:
+        raise OperatorError(str(exc)) from None
+    except Exception as exc:
+        if _is_db_error(exc):
+            raise OperatorError(f"--db: cannot migrate the database: {_one_line(exc)}") from None
+        raise
+    finally:
+        store.close()

@@ -1,0 +1,76 @@
+"""RFC 9457 problem details: the one shape every API error takes.
+
+A problem carries ``type``, ``title``, ``status`` and ``detail``; validation problems add
+``errors: [{"field": "schedule.cron", "problem": "…"}]``. Nothing user-supplied is echoed back
+except field *names*: a problem never contains a payload, a token or a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+PROBLEM_JSON = "application/problem+json"
+_TYPE_BASE = "urn:fireledger:problem:"
+
+
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_JSON
+
+
+def problem_type(slug: str) -> str:
+    return _TYPE_BASE + slug
+
+
+def problem(status: int, detail: str, *, slug: str | None = None, title: str | None = None,
+            errors: Iterable[tuple[str, str]] | None = None,
+            headers: Mapping[str, str] | None = None) -> ProblemResponse:
+    """Build an ``application/problem+json`` response."""
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    body: dict[str, Any] = {
+        "type": problem_type(slug) if slug else "about:blank",
+        "title": title or phrase,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = [{"field": f, "problem": p} for f, p in errors]
+    return ProblemResponse(body, status_code=status, headers=dict(headers) if headers else None)
+
+
+class ProblemError(Exception):
+    """Raised by handlers to answer with a problem; turned into a response by the app."""
+
+    def __init__(self, status: int, detail: str, *, slug: str | None = None, title: str | None = None,
+                 errors: list[tuple[str, str]] | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.slug = slug
+        self.title = title
+        self.errors = errors
+        self.headers = headers
+
+    def response(self) -> ProblemResponse:
+        return problem(self.status, self.detail, slug=self.slug, title=self.title, errors=self.errors,
+                       headers=self.headers)
+
+
+def invalid(errors: list[tuple[str, str]], status: int = 422) -> ProblemError:
+    """A validation problem naming each bad field (the detail repeats the first)."""
+    field, what = errors[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return ProblemError(status, f"{field}: {what}{more}", slug="invalid-request",
+                        title="Invalid request", errors=errors)
+
+
+def not_found(what: str) -> ProblemError:
+    return ProblemError(404, f"no such {what}", slug="not-found", title="Not found")
+
+
+def conflict(detail: str) -> ProblemError:
+    return ProblemError(409, detail, slug="conflict", title="Conflict")

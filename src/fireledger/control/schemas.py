@@ -1,0 +1,176 @@
+"""Request and response shapes of the control API (they also document it at ``/openapi.json``).
+
+Request bodies forbid unknown fields. Durations and schedules are taken as strings/objects here and
+checked by the recurrence compiler in the handlers, so every problem names its field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MissedFire = Literal["fire-all", "fire-once-now", "skip"]
+Overlap = Literal["allow", "skip", "queue"]
+
+_SCHEDULE_DOC = (
+    'One of {"cron": "0 9 * * 1-5", "zone": "Europe/Paris"}, {"every": "90s"} or '
+    '{"at": "2027-01-01T00:00:00Z"}, each with optional "not_before"/"not_after" (RFC 3339).'
+)
+_SCHEDULE_EXAMPLE = {"cron": "0 9 * * 1-5", "zone": "Europe/Paris"}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- targets ----------------------------------------------------------------------------------
+
+
+class TargetCreate(_Body):
+    kind: str = Field(description="Target kind; only 'http' in this version.", examples=["http"])
+    url: str | None = Field(None, description="https:// endpoint that receives signed POSTs.")
+
+
+class Verification(BaseModel):
+    state: str
+    token: str
+
+
+class TargetView(BaseModel):
+    id: str
+    kind: str
+    url: str | None
+    verification: Verification
+    created_at: str
+
+
+class TargetCreated(TargetView):
+    secret: str = Field(description="Standard Webhooks signing secret; shown only once.")
+
+
+class TargetPage(BaseModel):
+    items: list[TargetView]
+    next: str | None
+
+
+# --- triggers ---------------------------------------------------------------------------------
+
+
+class TriggerCreate(_Body):
+    name: str = Field(min_length=1, max_length=200)
+    schedule: dict[str, Any] = Field(description=_SCHEDULE_DOC, examples=[_SCHEDULE_EXAMPLE])
+    target_id: str = Field(max_length=100)
+    payload: dict[str, Any] = Field(default_factory=dict,
+                                    description="JSON object sent with every fire (≤ 64 KiB encoded).")
+    missed_fire_policy: MissedFire = "fire-once-now"
+    catchup_horizon: str = Field("1h", description="Duration, at most 24h.")
+    overlap_policy: Overlap = "allow"
+    outcome_window: str = Field("1h", description="Duration, 1s to 7d.")
+    jitter: str = Field("0s", description="Duration, at most 1h.")
+    timeout: str = Field("30s", description="Attempt timeout, 1s to 15m.")
+
+
+class TriggerPatch(_Body):
+    """Any subset of the create fields; absent fields keep their value. ``null`` is refused."""
+
+    name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
+    schedule: dict[str, Any] = Field(None, description=_SCHEDULE_DOC)  # type: ignore[arg-type]
+    target_id: str = Field(None, max_length=100)  # type: ignore[assignment]
+    payload: dict[str, Any] = None  # type: ignore[assignment]
+    missed_fire_policy: MissedFire = None  # type: ignore[assignment]
+    catchup_horizon: str = None  # type: ignore[assignment]
+    overlap_policy: Overlap = None  # type: ignore[assignment]
+    outcome_window: str = None  # type: ignore[assignment]
+    jitter: str = None  # type: ignore[assignment]
+    timeout: str = None  # type: ignore[assignment]
+
+
+class TriggerView(BaseModel):
+    id: str
+    name: str
+    state: str
+    version: int
+    schedule: dict[str, Any]
+    target_id: str
+    missed_fire_policy: str
+    catchup_horizon: str
+    overlap_policy: str
+    outcome_window: str
+    jitter: str
+    timeout: str
+    next_instant: str | None
+    tzdata_version: str
+    created_at: str
+    updated_at: str
+
+
+class TriggerPage(BaseModel):
+    items: list[TriggerView]
+    next: str | None
+
+
+class PreviewItem(BaseModel):
+    instant: str
+    local: str | None = Field(description="Wall time in the schedule's zone (ISO 8601, no offset).")
+    dst: Literal["gap", "fold"] | None = Field(
+        description="'gap': the wall time does not exist, fires when the clock jumps; "
+                    "'fold': it occurs twice, fires on the first occurrence.")
+
+
+class Preview(BaseModel):
+    items: list[PreviewItem]
+    tzdata_version: str
+
+
+# --- fires ------------------------------------------------------------------------------------
+
+
+class AttemptView(BaseModel):
+    attempt: int
+    started_at: str
+    finished_at: str | None
+    result: str | None
+    http_status: int | None
+    error: str | None
+
+
+class FireView(BaseModel):
+    key: str
+    trigger_id: str
+    scheduled_instant: str
+    decided_at: str
+    dispatched_at: str | None
+    finished_at: str | None
+    state: str
+    cause: str | None
+    kind: str
+    lane: str
+    version: int
+    tzdata_version: str
+    decided_by: str
+    attempts: list[AttemptView]
+
+
+class FirePage(BaseModel):
+    items: list[FireView]
+    next: str | None
+
+
+class Health(BaseModel):
+    status: str
+
+
+class ProblemField(BaseModel):
+    field: str
+    problem: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details (``application/problem+json``)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[ProblemField] | None = None
