@@ -14,13 +14,27 @@ import secrets
 import signal
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
+from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.store import SqlStore
 
 log = logging.getLogger("fireledger.service")
+
+
+def keyring_path(store: SqlStore) -> str:
+    """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING``, else beside the SQLite file,
+    else ``./fireledger-keys.json``. Every dispatch and control process must see the same file."""
+    explicit = os.environ.get("FIRELEDGER_KEYRING")
+    if explicit:
+        return explicit
+    path = getattr(store.engine, "path", None)
+    if path:
+        return str(Path(path).with_name(Path(path).stem + "-keys.json"))
+    return "./fireledger-keys.json"
 
 
 def node_id(role: str) -> str:
@@ -53,8 +67,10 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
     tasks: list[asyncio.Task[None]] = []
     dispatcher = None
     timing = None
+    keys = KeyRingFile(keyring_path(store))
+    issuer = os.environ.get("FIRELEDGER_ISSUER") or f"http://{listen or '127.0.0.1:8080'}"
     if "dispatch" in roles:
-        dispatcher = Dispatcher(store, clock, node_id("dispatch"))
+        dispatcher = Dispatcher(store, clock, node_id("dispatch"), keys=keys, issuer=issuer)
         tasks.append(asyncio.create_task(dispatcher.run(), name="dispatch"))
     if "timing" in roles:
         def committed(_fires: Sequence[NewFire]) -> None:

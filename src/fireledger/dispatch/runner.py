@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,6 +28,7 @@ from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
 from fireledger.store import Settlement, SqlStore
 
+from .credentials import KeyRingFile, authorization_header, body_sha256, mint
 from .http import HttpRequest, HttpResult, HttpSender
 from .retry import retry_plan
 
@@ -79,7 +81,8 @@ class Dispatcher:
     def __init__(self, store: SqlStore, clock: Clock, node_id: str, *,
                  lanes: tuple[str, ...] = (Lane.ON_TIME.value, Lane.CATCH_UP.value, Lane.BACKFILL.value),
                  concurrency: int = 256, batch: int = 512, idle_s: float = 0.5,
-                 sender: HttpSender | None = None) -> None:
+                 sender: HttpSender | None = None, keys: KeyRingFile | None = None,
+                 issuer: str = "http://127.0.0.1:8080") -> None:
         self.store = store
         self.clock = clock
         self.node_id = node_id
@@ -88,6 +91,8 @@ class Dispatcher:
         self.batch = batch
         self.idle_s = idle_s
         self.sender = sender
+        self.keys = keys
+        self.issuer = issuer
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._results: list[Settlement] = []
@@ -126,9 +131,18 @@ class Dispatcher:
             try:
                 if job.target.url is None:
                     raise ValueError("the target has no URL")
+                body = dispatch_body(job, key)
+                headers: dict[str, str] = {}
+                if self.keys is not None:
+                    # A credential that lives as long as this attempt (ADR-14).
+                    token = mint(self.keys.ring(), issuer=self.issuer, audience=job.target.url,
+                                 subject=f.trigger_id, fire_key=key, attempt=job.attempt,
+                                 body_sha256=body_sha256(body), now_s=now_s,
+                                 expires_s=now_s + math.ceil(job.policies.timeout_s) + 1)
+                    headers = authorization_header(token)
                 req = HttpRequest(url=job.target.url, secret=job.target.secret, fire_key=key,
-                                  msg_id=f"{key}.{job.attempt}", timestamp=now_s,
-                                  body=dispatch_body(job, key), timeout_s=job.policies.timeout_s)
+                                  msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
+                                  timeout_s=job.policies.timeout_s, extra_headers=headers)
             except ValueError as exc:
                 # A definition that cannot be sent is final, recorded with its cause (never looped).
                 res = HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
