@@ -3,6 +3,7 @@ sink, the public API and CLI, and ``kill -9`` mid-run."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter, defaultdict
 
@@ -129,7 +130,7 @@ def check_one_record_per_instant(api, ids, sink, restart_at):
         instants = [to_us(parse_instant(f["scheduled_instant"])) for f in fires]
         # Exactly one record per instant, no gap across the outage (1 s interval).
         assert len(instants) == len(set(instants))
-        steps = Counter(b - a for a, b in zip(instants, instants[1:], strict=False))
+        steps = Counter(b - a for a, b in itertools.pairwise(instants))
         assert set(steps) == {1_000_000}, f"gap or duplicate in {tid}: {steps}"
         for f in fires:
             if to_us(parse_instant(f["scheduled_instant"])) < (restart_at + 2) * 1e6:
@@ -142,3 +143,35 @@ def check_one_record_per_instant(api, ids, sink, restart_at):
     for r in sink.records():
         per_key_attempts[r["fire_key"]].add(r["attempt"])
     assert all(len(a) == delivered_keys[k] for k, a in per_key_attempts.items()), "a repeat was not a new attempt"
+
+
+def test_metrics_and_jwks_are_served_and_tokens_verify(tmp_path, sink):
+    import json as _json
+    import urllib.request
+
+    import jwt
+
+    db = f"sqlite:///{tmp_path}/fl.db"
+    svc = Service(db, tmp_path).start()
+    try:
+        api, target_id = setup_tenant(svc.base, db, sink)
+        api.ok("POST", "/v1/triggers", {"name": "m", "schedule": {"every": "1s"}, "target_id": target_id}, 201)
+        wait_until(lambda: len(sink.records()) >= 2, 30, "deliveries")
+        with urllib.request.urlopen(svc.base + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        for name in ("fireledger_oldest_undispatched_due_age_seconds", "fireledger_clock_eps_seconds",
+                     "fireledger_fires_total", "fireledger_attempts_total"):
+            assert name in text
+        with urllib.request.urlopen(svc.base + "/.well-known/jwks.json", timeout=10) as r:
+            jwks = _json.loads(r.read())
+        assert jwks["keys"] and all("d" not in k for k in jwks["keys"])
+        rec = sink.records()[-1]
+        token = rec["headers"].get("authorization", "").removeprefix("Bearer ")
+        assert token, "no per-attempt credential was sent"
+        kid = jwt.get_unverified_header(token)["kid"]
+        key = jwt.PyJWK([k for k in jwks["keys"] if k["kid"] == kid][0])
+        claims = jwt.decode(token, key=key.key, algorithms=["EdDSA"], audience=f"{sink.base_url}/ok",
+                            issuer=svc.base)
+        assert claims["jti"] == f"{rec['fire_key']}.{rec['attempt']}" and claims["sub"] == rec["trigger_id"]
+    finally:
+        svc.stop()

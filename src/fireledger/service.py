@@ -19,6 +19,7 @@ from pathlib import Path
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
+from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.store import SqlStore
 
@@ -87,7 +88,7 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
         def changed() -> None:
             if timing is not None:
                 loop.call_soon_threadsafe(timing.wake)
-        app = create_app(store, clock, on_definition_change=changed)
+        app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                access_log=False, lifespan="off"))
@@ -95,6 +96,12 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
 
+    def due_age() -> float | None:
+        now = clock.now()
+        oldest = store.oldest_undispatched_us(now.earliest_us)
+        return None if oldest is None else (now.earliest_us - oldest) / 1e6
+
+    METRICS.add_due_age(due_age)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):

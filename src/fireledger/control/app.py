@@ -34,8 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,7 +59,7 @@ _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
 def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
-               allow_private_targets: bool | None = None) -> FastAPI:
+               allow_private_targets: bool | None = None, keys: Any = None) -> FastAPI:
     """Build the control API over ``store``, stamping instants from ``clock``.
 
     ``on_definition_change`` is called after every committed trigger change (the embedded timing
@@ -100,6 +101,21 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus text format; the due age is computed from the store at scrape time."""
+        from fireledger.observe.metrics import METRICS
+
+        return Response(METRICS.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/.well-known/jwks.json", include_in_schema=False)
+    def jwks() -> Response:
+        """Public keys that verify per-attempt dispatch tokens (rotation keeps old keys published)."""
+        if keys is None:
+            return problem(404, "this deployment does not mint dispatch tokens", slug="not-found")
+        body = keys.ring().jwks(clock.now().earliest_us // 1_000_000)
+        return JSONResponse(body, headers={"cache-control": "public, max-age=300"})
 
     app.include_router(targets.router)
     app.include_router(triggers.router)

@@ -19,33 +19,19 @@ For now the token minted by ``fireledger tenant create`` carries every role.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
 from collections.abc import Callable
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from fireledger.domain.keys import new_id
-from fireledger.domain.model import Principal, Tenant
-from fireledger.store import SqlStore
+from fireledger.domain.model import Principal
 
 from .problems import ProblemError
-
-ALL_ROLES: frozenset[str] = frozenset({"author", "policy", "backfill", "reader", "admin"})
-TOKEN_PREFIX = "fl_"
+from .tenants import ALL_ROLES, TOKEN_PREFIX, create_tenant, hash_token, new_token, validate_tenant_name
 
 #: Declares the bearer scheme in the OpenAPI document; the check itself is the middleware's.
 bearer_scheme = HTTPBearer(auto_error=False, description="Bearer token from `fireledger tenant create`")
-
-
-def new_token() -> str:
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def parse_bearer(header: str | None) -> str | None:
@@ -98,26 +84,17 @@ def check_role(principal: Principal, role: str) -> None:
         raise ProblemError(403, f"this token lacks the role {role!r}", slug="forbidden", title="Forbidden")
 
 
-def validate_tenant_name(name: str) -> str:
-    """Raise ``ValueError`` with a one-line problem for a bad tenant name; return it stripped."""
-    text = name.strip()
-    if not text:
-        raise ValueError("NAME: must not be empty")
-    if len(text) > 200:
-        raise ValueError("NAME: must be at most 200 characters")
-    if any(not ch.isprintable() for ch in text):
-        raise ValueError("NAME: must not contain control characters")
-    return text
-
-
-def create_tenant(store: SqlStore, name: str, now_us: int,
-                  roles: frozenset[str] = ALL_ROLES) -> tuple[str, str]:
-    """Create a tenant and its first principal; return ``(tenant_id, token)``. The token is not
-    stored (only its hash) and cannot be shown again. Raises ``ValueError`` for a bad name and the
-    engine's integrity error for a duplicate name."""
-    name = validate_tenant_name(name)
-    tenant = Tenant(new_id("tn"), name, now_us)
-    token = new_token()
-    principal = Principal(new_id("pr"), tenant.id, "owner", roles, now_us)
-    store.create_tenant_with_principal(tenant, principal, hash_token(token))
-    return tenant.id, token
+__all__ = [
+    "ALL_ROLES",
+    "TOKEN_PREFIX",
+    "bearer_scheme",
+    "check_role",
+    "create_tenant",
+    "current_principal",
+    "hash_token",
+    "new_token",
+    "parse_bearer",
+    "require",
+    "unauthorized",
+    "validate_tenant_name",
+]

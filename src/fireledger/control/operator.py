@@ -11,7 +11,7 @@ from fireledger.clock import SystemClock
 from fireledger.store import SqlStore, StoreError
 from fireledger.store.engine import engine_for_url
 
-from .auth import create_tenant, validate_tenant_name
+from .tenants import create_tenant, validate_tenant_name
 
 
 class OperatorError(Exception):

@@ -69,8 +69,8 @@ def invalid(errors: list[tuple[str, str]], status: int = 422) -> ProblemError:
 
 
 def not_found(what: str) -> ProblemError:
-    return ProblemError(404, f"no such {what}", slug="not-found", title="Not found")
+    return ProblemError(404, f"no such {what}", slug="not-found")
 
 
 def conflict(detail: str) -> ProblemError:
-    return ProblemError(409, detail, slug="conflict", title="Conflict")
+    return ProblemError(409, detail, slug="conflict")

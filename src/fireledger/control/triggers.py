@@ -102,7 +102,9 @@ def _compile(schedule: dict[str, Any], now_us: int, errors: list[tuple[str, str]
         errors.extend(bad)
         return None
     try:
-        return compile_spec(schedule, default_anchor=from_us(now_us))
+        # An interval without an anchor starts at creation, truncated to the whole second, so its
+        # instants (and fire keys) carry no stray microseconds.
+        return compile_spec(schedule, default_anchor=from_us(now_us - now_us % 1_000_000))
     except RecurrenceError as exc:
         errors.append(_schedule_error(exc))
         return None
