@@ -24,18 +24,22 @@ run: $(STAMP)
 
 test: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench falsify
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench falsify
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(ARGS)
+
+falsify: $(STAMP)
+	./scripts/ensure-postgres.sh >/dev/null
+	$(BIN)/python falsify/run.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from cronsim import CronSim
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from fireledger.recurrence import (
@@ -340,13 +340,32 @@ DOW = st.one_of(
 
 
 @st.composite
-def cron_exprs(draw: st.DrawFn, six: bool | None = None) -> str:
+def any_cron_exprs(draw: st.DrawFn, six: bool | None = None) -> str:
     fields = [draw(MINUTES), draw(HOURS), draw(DOM), draw(MONTH), draw(DOW)]
     if six is None:
         six = draw(st.booleans())
     if six:
         fields.insert(0, draw(SECONDS))
     return " ".join(fields)
+
+
+DST_HOURS = _field(0, 23, st.one_of(st.integers(0, 3), st.integers(0, 23)), star_weight=2)
+
+
+@st.composite
+def dst_cron_exprs(draw: st.DrawFn, six: bool | None = None) -> str:
+    """Expressions that fire on the transition days, in the small hours where the clocks change."""
+    date_fields = [draw(st.one_of(*[st.just("*")] * 5, DOM)), "*", draw(st.one_of(*[st.just("*")] * 5, DOW))]
+    fields = [draw(MINUTES), draw(DST_HOURS), *date_fields]
+    if six is None:
+        six = draw(st.booleans())
+    if six:
+        fields.insert(0, draw(SECONDS))
+    return " ".join(fields)
+
+
+def cron_exprs(six: bool | None = None) -> st.SearchStrategy[str]:
+    return st.one_of(any_cron_exprs(six), dst_cron_exprs(six))
 
 
 AROUND = timedelta(hours=36)
@@ -359,10 +378,16 @@ def zone_and_after(draw: st.DrawFn) -> tuple[str, datetime]:
     trans = [t for t, _, _ in transitions(name) if t.year <= 2040]
     if trans and draw(st.integers(0, 3)) > 0:
         t = draw(st.sampled_from(trans))
-        delta = draw(st.one_of(
-            st.sampled_from([timedelta(0), -ONE_S, ONE_US, -ONE_US, timedelta(minutes=-30), timedelta(minutes=30)]),
-            st.integers(-int(AROUND.total_seconds()), int(AROUND.total_seconds())).map(lambda s: timedelta(seconds=s)),
-        ))
+        # Spread over scales, mostly just before the transition, so that dense expressions (every
+        # second, every minute) and sparse ones (hourly, daily) both run into the gap or fold.
+        seconds = st.one_of(
+            st.sampled_from([0, -1, -1800, 1800, -3600, -5400, -7200]),
+            st.integers(-10, 10),
+            st.integers(-300, 10),
+            st.integers(-7200, 600),
+            st.integers(-int(AROUND.total_seconds()), int(AROUND.total_seconds())),
+        )
+        delta = draw(st.one_of(seconds.map(lambda s: timedelta(seconds=s)), st.sampled_from([ONE_US, -ONE_US])))
         after = t + delta
     else:
         after = draw(st.datetimes(datetime(2020, 1, 1), datetime(2040, 12, 31), timezones=st.just(UTC)))
@@ -406,6 +431,7 @@ def test_each_result_matches_or_is_a_declared_gap_substitute(expr: str, za: tupl
     rec = compiled(expr, name)
     naive = NaiveCron(expr)
     for occ in preview(rec, after, 6):
+        event(f"note: {occ.note}")
         r = occ.instant
         wall = local_wall(name, r)
         if occ.note == "gap":
@@ -472,22 +498,36 @@ def test_no_first_occurrence_skipped_second_scan(expr: str, za: tuple[str, datet
     assert got == expected
 
 
-@FEW
-@given(
-    expr=st.sampled_from(["* * * * *", "*/15 * * * *", "30 * * * *", "0,30 1-3 * * *", "*/20 30 1 * * *",
-                          "0 */30 * * * *", "45 2 * * *", "* 2 * * *"]),
-    za=zone_and_after(),
-)
-def test_dense_expressions_near_transitions(expr: str, za: tuple[str, datetime]) -> None:
-    """Hourly / minutely / seconds expressions (the ones that actually hit gaps and folds)."""
-    name, after = za
+DENSE = st.sampled_from([
+    "* * * * *", "*/15 * * * *", "30 * * * *", "0 * * * *", "0,30 1-3 * * *", "*/20 30 1 * * *",
+    "0 */30 * * * *", "45 2 * * *", "* 2 * * *", "30 2 * * *", "0 0 * * *", "59 59 * * * *",
+])
+
+
+@st.composite
+def across_a_transition(draw: st.DrawFn) -> tuple[str, datetime, datetime]:
+    """A zone, one of its transitions T, and an ``after`` up to three hours before T."""
+    name = draw(st.sampled_from([z for z in ZONES if transitions(z)]))
+    t = draw(st.sampled_from([t for t, _, _ in transitions(name) if t.year <= 2040]))
+    back = draw(st.one_of(st.integers(0, 120), st.integers(0, 3 * 3600)))
+    return name, t, t - timedelta(seconds=back) - draw(st.sampled_from([timedelta(0), ONE_US]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(expr=st.one_of(DENSE, dst_cron_exprs()), zat=across_a_transition())
+def test_chain_across_transitions_agrees_with_reference(expr: str, zat: tuple[str, datetime, datetime]) -> None:
+    """Every instant from just before a transition to three hours after it (hourly, minutely, seconds)."""
+    name, t, after = zat
     rec = compiled(expr, name)
-    got = [o.instant for o in preview(rec, after, 8)]
-    t, expected = after, []
-    for _ in range(8):
-        t = reference_next(expr, name, t)
-        expected.append(t)
-    assert got == expected
+    cur = after
+    for _ in range(300):
+        got = next_occurrence(rec, cur)
+        assert got is not None
+        assert got.instant == reference_next(expr, name, cur), (expr, name, cur)
+        event(f"note: {got.note}")
+        if got.instant > t + timedelta(hours=3):
+            break
+        cur = got.instant
 
 
 @PROPS
@@ -563,7 +603,7 @@ def has_degenerate_range(expr: str) -> bool:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    expr=cron_exprs(),
+    expr=any_cron_exprs(),
     wall=st.datetimes(datetime(2000, 1, 1), datetime(2040, 12, 31)),
 )
 def test_wall_matcher_agrees_with_cronsim(expr: str, wall: datetime) -> None:

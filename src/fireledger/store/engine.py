@@ -42,7 +42,14 @@ def migration_files(engine: str) -> list[tuple[int, str]]:
 
 class Engine:
     name: str
-    q: dict[str, str]
+
+    @property
+    def q(self) -> dict[str, str]:
+        """Every registered named query, in this engine's placeholder style (built once)."""
+        cached: dict[str, str] | None = getattr(self, "_q", None)
+        if cached is None:
+            cached = self._q = queries.for_engine(self.name)
+        return cached
 
     def connection(self) -> Any:
         raise NotImplementedError
@@ -68,7 +75,6 @@ class SqliteEngine(Engine):
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
-        self.q = queries.for_engine("sqlite")
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -118,7 +124,6 @@ class PostgresEngine(Engine):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.q = queries.for_engine("postgres")
         self._local = threading.local()
         self._all: list[Any] = []
         self._lock = threading.Lock()

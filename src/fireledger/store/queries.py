@@ -191,9 +191,23 @@ OVERRIDES: dict[str, dict[str, str]] = {
 _NAMED = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
+_AREAS: list[tuple[dict[str, str], dict[str, dict[str, str]]]] = []
+
+
+def register(queries: dict[str, str], overrides: dict[str, dict[str, str]] | None = None) -> None:
+    """Add an area's named queries (a store mixin module calls this at import). Names are unique."""
+    clash = set(queries) & (set(QUERIES) | {k for q, _ in _AREAS for k in q})
+    if clash:
+        raise ValueError(f"query names registered twice: {sorted(clash)}")
+    _AREAS.append((queries, overrides or {}))
+
+
 def for_engine(engine: str) -> dict[str, str]:
     """The query set for ``engine`` (``sqlite`` or ``postgres``), placeholders in its style."""
     merged = {**QUERIES, **OVERRIDES.get(engine, {})}
+    for area, area_overrides in _AREAS:
+        merged.update(area)
+        merged.update(area_overrides.get(engine, {}))
     if engine == "postgres":
         return {k: _NAMED.sub(r"%(\1)s", v) for k, v in merged.items()}
     return merged

@@ -1,0 +1,1 @@
+"""Fault-injection ("falsification") suite: real processes, real PostgreSQL, real clocks."""

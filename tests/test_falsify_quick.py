@@ -1,0 +1,16 @@
+"""The short form of the fault-injection suite runs in `make test`: every quick scenario passes."""
+
+from __future__ import annotations
+
+import pytest
+from falsify.run import discover, run_one
+
+pytestmark = pytest.mark.e2e
+
+SCENARIOS = list(discover(quick=True))
+
+
+@pytest.mark.parametrize(("name", "fn"), SCENARIOS, ids=[n for n, _ in SCENARIOS])
+def test_quick_scenario_passes(name, fn):
+    res = run_one(name, fn)
+    assert res["passed"], res
