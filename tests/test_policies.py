@@ -81,3 +81,15 @@ def test_every_instant_is_accounted_for_once_and_nothing_old_is_dispatched(gap, 
     for f in d.fires:
         assert f.scheduled_us <= earliest                      # never early
         assert (f.state == FireState.PENDING) == (f.cause is None)
+
+
+def test_smeared_on_time_fires_keep_their_instant_and_dispatch_later():
+    first = every_minute(T0)
+    row = DueRow("tr_smear", "tn_1", 0, first, 1)
+    ctx = PlanContext(earliest_us=first + 1, decided_by="n", tzdata_version="x")
+    d = plan_due(row, every_minute, Policies(jitter_s=30), ctx)
+    [f] = [f for f in d.fires if f.state == FireState.PENDING]
+    assert f.scheduled_us == first                              # identity unchanged
+    assert first <= f.not_before_us < first + 30_000_000        # dispatched within the window
+    opted_out = plan_due(row, every_minute, Policies(jitter_s=0), ctx)
+    assert [x.not_before_us for x in opted_out.fires] == [None]

@@ -15,9 +15,10 @@ range record carrying the count.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .keys import from_us
+from .smearing import dispatch_not_before_us
 from .model import (
     Advance,
     Decision,
@@ -122,7 +123,10 @@ def plan_due(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext)
     else:
         quiet.extend(fire(u, FireKind.CATCH_UP, Lane.CATCH_UP, FireState.SKIPPED,
                           "skipped: missed; missed-fire policy is skip") for u in within)
-    fires.extend(fire(u, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING) for u in on_time)
+    for u in on_time:
+        f = fire(u, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING)
+        nb = dispatch_not_before_us(row.trigger_id, u, policies.jitter_s)
+        fires.append(f if nb is None else replace(f, not_before_us=max(nb, earliest)))
 
     if len(quiet) > ctx.record_cap:
         # Keep the newest individually; one range record (at the oldest instant) counts the rest.
@@ -130,16 +134,12 @@ def plan_due(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext)
         rest, keep_rows = quiet[: len(quiet) - ctx.record_cap + 1], quiet[len(quiet) - ctx.record_cap + 1:]
         n = f"more than {len(rest)}" if overflow else str(len(rest))
         first, last = rest[0], rest[-1]
-        from dataclasses import replace
-
         summary = replace(first, cause=(
             f"range: {n} missed instants from {_iso(first.scheduled_us)} to {_iso(last.scheduled_us)} "
             f"recorded as one; first cause: {first.cause}"))
         quiet = [summary, *keep_rows]
     elif overflow and quiet:
         first = quiet[0]
-        from dataclasses import replace
-
         quiet[0] = replace(first, cause=f"{first.cause}; more instants before it were not enumerated")
 
     advance = Advance(row.trigger_id, row.next_us, row.version, new_next, row.version)
