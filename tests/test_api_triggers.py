@@ -10,6 +10,7 @@ import pytest
 
 from apikit import SENTINEL, T0, Api, assert_problem, us
 from fireledger.recurrence import TZDATA_VERSION
+from fireledger.security.envelope import cipher_for
 
 PARIS_WEEKDAYS = {"cron": "0 9 * * 1-5", "zone": "Europe/Paris"}
 
@@ -39,7 +40,7 @@ def test_create_returns_the_view_with_the_literal_next_instant(api: Api) -> None
         "id": t["id"], "name": "weekday report", "state": "active", "version": 1,
         "schedule": {"cron": "0 0 9 * * 1-5", "zone": "Europe/Paris"}, "target_id": tg["id"],
         "missed_fire_policy": "fire-once-now", "catchup_horizon": "1h", "overlap_policy": "allow",
-        "outcome_window": "1h", "jitter": "0s", "timeout": "30s",
+        "outcome_window": "1h", "jitter": "10s", "timeout": "30s",
         "next_instant": "2026-03-30T07:00:00Z", "tzdata_version": TZDATA_VERSION,
         "created_at": "2026-03-27T12:00:00Z", "updated_at": "2026-03-27T12:00:00Z",
     }
@@ -48,7 +49,10 @@ def test_create_returns_the_view_with_the_literal_next_instant(api: Api) -> None
     stored = api.store.get_trigger(tenant_id, t["id"])
     assert stored is not None and stored.next_us == us("2026-03-30T07:00:00Z")
     v = api.store.get_version(t["id"], 1)
-    assert v is not None and SENTINEL.encode() in v.payload and v.tzdata_version == TZDATA_VERSION
+    assert v is not None and v.tzdata_version == TZDATA_VERSION
+    # Stored sealed under the tenant's key (invariant 14): only the attempt runner's cipher opens it.
+    assert SENTINEL.encode() not in v.payload
+    assert SENTINEL.encode() in cipher_for(api.store).open(tenant_id, t["id"], 1, v.payload)
     assert api.changes == 1
 
 
@@ -152,7 +156,7 @@ def test_amend_other_fields_keeps_schedule_and_pending_instant(api: Api) -> None
     assert a["missed_fire_policy"] == "fire-once-now" and a["timeout"] == "30s"
     assert a["next_instant"] == t["next_instant"] and a["schedule"] == t["schedule"]
     v2 = api.store.get_version(t["id"], 2)
-    assert v2 is not None and b'"v":2' in v2.payload
+    assert v2 is not None and b'"v":2' in cipher_for(api.store).open(tenant_id, t["id"], 2, v2.payload)
     # An interval keeps its original anchor across amendments that do not touch the schedule.
     iv = s.trigger(tg["id"], {"every": "1h"})
     api.clock.advance(600_000_000)

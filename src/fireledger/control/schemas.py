@@ -67,7 +67,9 @@ class TriggerCreate(_Body):
     catchup_horizon: str = Field("1h", description="Duration, at most 24h.")
     overlap_policy: Overlap = "allow"
     outcome_window: str = Field("1h", description="Duration, 1s to 7d.")
-    jitter: str = Field("0s", description="Duration, at most 1h.")
+    jitter: str = Field("10s", description="Smearing window for fires on whole minutes (ADR-10): dispatch "
+                        "up to this long after the instant, at a fixed per-trigger offset. \"0s\" opts out. "
+                        "At most 1h.")
     timeout: str = Field("30s", description="Attempt timeout, 1s to 15m.")
 
 
