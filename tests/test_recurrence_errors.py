@@ -129,7 +129,7 @@ def test_aliases() -> None:
     ["2026-03-29T01:30:00", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-01-01T24:00:00Z",
      "2026-01-01T00:00:60Z", "2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00+01:60", "yesterday", "",
      "2026-01-01", "1767225600", "0000-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00",
-     "9999-12-31T23:59:59-01:00"],
+     "9999-12-31T23:59:59-01:00", "２０２６-01-01T00:00:00Z"],
 )
 def test_bad_instant(text: str) -> None:
     with pytest.raises(RecurrenceError) as info:
@@ -186,7 +186,8 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "  ", "90", "s", "1.5h", "-5m", "1w", "1 h", "1h 30m", "h1", "15M", "1hx", "99999999999999999999d", "1us"],
+    ["", "  ", "90", "s", "1.5h", "-5m", "1w", "1 h", "1h 30m", "h1", "15M", "1hx", "99999999999999999999d", "1us",
+     "٥s"],
 )
 def test_bad_duration(text: str) -> None:
     with pytest.raises(RecurrenceError) as info:

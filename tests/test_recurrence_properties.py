@@ -232,7 +232,7 @@ class NaiveCron:
     def walls_from(self, start: datetime, years: int = 60) -> Iterator[datetime]:
         """Matching naive wall times >= ``start`` (whole seconds), in order."""
         day = start.date()
-        end = day.replace(year=min(day.year + years, 9999))
+        end = date(min(day.year + years, 9999), 1, 1)
         first = True
         while day < end:
             if self.match_date(day):

@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 from .errors import RecurrenceError
 
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$",
+    re.ASCII,  # \d alone also matches "２" and "٥", which int() accepts
 )
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d)", re.ASCII)
 _UNIT_US = {"ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000}
 
 
