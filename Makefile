@@ -24,6 +24,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
+	./scripts/ensure-chromium.sh >/dev/null
+	./scripts/ensure-faketime.sh >/dev/null
 	$(BIN)/ruff check src tests bench falsify
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
 	$(BIN)/python -m pytest $(ARGS)
@@ -39,6 +41,7 @@ bench: $(STAMP)
 
 falsify: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
+	./scripts/ensure-faketime.sh >/dev/null
 	$(BIN)/python falsify/run.py $(ARGS)
 
 clean:

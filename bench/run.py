@@ -20,6 +20,7 @@ def main() -> int:
     ]
     if not quick:
         runs.append([str(HERE / "firepath.py"), "--n", "10000"])
+    runs.append([str(HERE / "dispatch.py"), *(["--n", "1000"] if quick else [])])
     if (HERE / "credentials.py").exists():
         runs.append([str(HERE / "credentials.py")])
     rc = 0

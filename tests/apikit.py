@@ -61,10 +61,18 @@ class Session:
 
     # conveniences ----------------------------------------------------------------------------
 
-    def target(self, url: str = "https://hooks.example.com/fire") -> dict[str, Any]:
+    def target(self, url: str = "https://hooks.example.com/fire", *, verified: bool = True) -> dict[str, Any]:
+        """Create a target; ``verified`` marks its ownership proved through the store (the HTTP
+        challenge itself is exercised against a real sink in tests/test_trust_targets.py)."""
         r = self.post("/v1/targets", json={"kind": "http", "url": url})
         assert r.status_code == 201, r.text
-        return r.json()  # type: ignore[no-any-return]
+        out: dict[str, Any] = r.json()
+        if verified:
+            trust = self.api.store.target_trust(out["id"])
+            now = self.api.clock.now().latest_us
+            assert trust is not None and self.api.store.set_target_verification(
+                trust.tenant_id, trust.id, "verified", now, now + 30 * 86_400_000_000, None, "test", now)
+        return out
 
     def trigger(self, target_id: str, schedule: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
         body = {"name": "weekday report", "schedule": schedule or {"cron": "0 9 * * 1-5", "zone": "Europe/Paris"},

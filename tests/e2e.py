@@ -84,7 +84,8 @@ class Service:
         self.workdir = workdir
         self.command = command
         self.port = port if port is not None else (free_port() if command in ("serve", "control") else None)
-        self.env = {**os.environ, "FIRELEDGER_ALLOW_PRIVATE_TARGETS": "1", **(env or {})}
+        self.env = {**os.environ, "FIRELEDGER_ALLOW_PRIVATE_TARGETS": "1",
+                    "FIRELEDGER_KEK_FILE": str(workdir / "fireledger-kek.key"), **(env or {})}
         self.prefix = prefix or []
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"{command}-{time.monotonic_ns()}.log"
@@ -131,6 +132,15 @@ class Service:
                 self.proc.wait(timeout=20)
         if getattr(self, "log", None):
             self.log.close()
+
+
+def verify_target(api: Api, sink: Any, target: dict[str, Any]) -> dict[str, Any]:
+    """Prove ownership of ``target`` (a create response): the sink serves its challenge token, then
+    ``POST /v1/targets/{id}/verify``; returns the verified target view."""
+    sink.add_challenge(target["verification"]["token"])
+    out = api.ok("POST", f"/v1/targets/{target['id']}/verify", None, 200)
+    assert out["verification"]["state"] == "verified", out
+    return out  # type: ignore[no-any-return]
 
 
 def new_tenant(db: str, name: str = "acme") -> tuple[str, str]:

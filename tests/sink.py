@@ -38,6 +38,10 @@ Behaviour by path (a ``behaviours`` mapping of exact paths may override):
 
 Admin endpoints (GET only, so they never collide with recorded POSTs): ``GET /records``
 (``?since=SEQ`` returns records with seq >= SEQ), ``GET /health``; ``DELETE /records`` clears.
+
+Target ownership challenges: ``GET /.well-known/fireledger-verification/<token>`` answers 200 with
+the token as its body for a token registered with ``add_challenge()`` or ``PUT /challenges/<token>``
+(``DELETE /challenges/<token>`` withdraws it), and 404 otherwise.
 """
 
 from __future__ import annotations
@@ -111,6 +115,32 @@ class SinkServer:
         self._release: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._challenges: set[str] = set()
+
+    # ---- ownership challenges -----------------------------------------------------------------
+
+    def add_challenge(self, token: str) -> None:
+        """Serve ``token`` at ``/.well-known/fireledger-verification/<token>`` (thread-safe)."""
+        with self._cond:
+            self._challenges.add(token)
+
+    def remove_challenge(self, token: str) -> None:
+        with self._cond:
+            self._challenges.discard(token)
+
+    async def _get_challenge(self, request: web.Request) -> web.StreamResponse:
+        token = request.match_info["token"]
+        with self._cond:
+            known = token in self._challenges
+        return web.Response(text=token, content_type="text/plain") if known else web.Response(status=404)
+
+    async def _put_challenge(self, request: web.Request) -> web.StreamResponse:
+        self.add_challenge(request.match_info["token"])
+        return web.Response(status=204)
+
+    async def _delete_challenge(self, request: web.Request) -> web.StreamResponse:
+        self.remove_challenge(request.match_info["token"])
+        return web.Response(status=204)
 
     # ---- secrets ------------------------------------------------------------------------------
 
@@ -293,6 +323,9 @@ class SinkServer:
         app.router.add_delete("/records", self._delete_records)
         app.router.add_put("/secrets", self._put_secrets)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/.well-known/fireledger-verification/{token}", self._get_challenge)
+        app.router.add_put("/challenges/{token}", self._put_challenge)
+        app.router.add_delete("/challenges/{token}", self._delete_challenge)
         app.router.add_post("/{tail:.*}", self._on_post)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2, handle_signals=False)
         await runner.setup()

@@ -30,8 +30,10 @@ def add_tenant(store: SqlStore, name: str = "acme", now_us: int = T0) -> Tenant:
 
 
 def add_target(store: SqlStore, tenant: Tenant, url: str = "http://127.0.0.1:9/hook",
-               secret: str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", now_us: int = T0) -> Target:
-    tg = Target(new_id("tg"), tenant.id, "http", url, secret, "unverified", new_id("v"), now_us)
+               secret: str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", now_us: int = T0,
+               verification: str = "verified") -> Target:
+    """A target; ``verified`` by default (no expiry), as an operator-verified target would be."""
+    tg = Target(new_id("tg"), tenant.id, "http", url, secret, verification, new_id("v"), now_us)
     store.create_target(tg)
     return tg
 

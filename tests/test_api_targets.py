@@ -143,7 +143,7 @@ def test_private_targets_default_follows_the_environment(tmp_path: Path,
     ({"kind": "http", "url": "https://example.com:99999/"}, "url"),
     ({"kind": "http"}, "url"),
     ({"kind": "http", "url": 5}, "url"),
-    ({"kind": "queue", "url": "https://example.com/"}, "kind"),
+    ({"kind": "smtp", "url": "https://example.com/"}, "kind"),   # queue/internal exist since issue 5
     ({"url": "https://example.com/"}, "kind"),
     ({"kind": "http", "url": "https://example.com/", "secret": "mine"}, "secret"),
 ])
@@ -152,5 +152,5 @@ def test_bad_target_bodies(shared: tuple[Api, Session], body: dict[str, object],
     before = api.snapshot()
     problem = assert_problem(s.post("/v1/targets", json=body), 422, field)
     if field == "kind" and "kind" in body:
-        assert problem["errors"][0]["problem"] == "only 'http' is supported in this version"
+        assert problem["errors"][0]["problem"] == "must be one of http, queue, internal"
     assert api.snapshot() == before

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from e2e import Api, Service, cli, new_tenant, wait_until
+from e2e import Api, Service, cli, new_tenant, verify_target, wait_until
 from fireledger.domain.keys import FireKey, to_us
 from fireledger.recurrence import format_instant, parse_instant
 from sink import SinkServer
@@ -39,6 +39,7 @@ def setup_tenant(api_base: str, db: str, sink: SinkServer, path: str = "/ok") ->
     api = Api(api_base, token)
     target = api.ok("POST", "/v1/targets", {"kind": "http", "url": f"{sink.base_url}{path}"}, 201)
     sink.add_secret(target["secret"])
+    verify_target(api, sink, target)
     return api, target["id"]
 
 
@@ -124,7 +125,8 @@ def test_kill_9_mid_run_loses_nothing_and_repeats_only_attempts(db, sink, tmp_pa
 
 
 def check_one_record_per_instant(api, ids, sink, restart_at):
-    delivered_keys = Counter(r["fire_key"] for r in sink.records())
+    records = sink.records()          # one snapshot: the service is still delivering meanwhile
+    delivered_keys = Counter(r["fire_key"] for r in records)
     for tid in ids:
         fires = fires_of(api, tid)
         instants = [to_us(parse_instant(f["scheduled_instant"])) for f in fires]
@@ -140,7 +142,7 @@ def check_one_record_per_instant(api, ids, sink, restart_at):
     recorded = {f["key"] for tid in ids for f in fires_of(api, tid)}
     assert set(delivered_keys) <= recorded
     per_key_attempts = defaultdict(set)
-    for r in sink.records():
+    for r in records:
         per_key_attempts[r["fire_key"]].add(r["attempt"])
     assert all(len(a) == delivered_keys[k] for k, a in per_key_attempts.items()), "a repeat was not a new attempt"
 

@@ -7,6 +7,7 @@ Bad input never produces a traceback: usage and input errors print one line,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Annotated, NoReturn
@@ -26,6 +27,7 @@ from fireledger.recurrence import (
     parse_instant,
     preview,
 )
+from fireledger.security import commands as _trust_commands
 
 app = typer.Typer(
     name="fireledger",
@@ -127,9 +129,18 @@ def _roles_command(roles: tuple[str, ...], db: str, listen: str | None) -> None:
             service.parse_listen(listen)
         except ValueError as exc:
             fail(str(exc))
+    if "dispatch" in roles:   # lane settings (FIRELEDGER_LANE_*) and internal-target modules
+        from fireledger.dispatch.internal import load_modules
+        from fireledger.dispatch.runner import check_env
+
+        try:
+            check_env()
+            load_modules(os.environ.get("FIRELEDGER_INTERNAL_MODULES"))
+        except ValueError as exc:
+            fail(str(exc))
     try:
         service.run(db, roles, listen)
-    except StoreError as exc:
+    except (StoreError, ValueError) as exc:  # ValueError: a bad FIRELEDGER_* setting, named
         fail(str(exc))
 
 
@@ -174,6 +185,7 @@ tenant_app = typer.Typer(help="Tenants (operator commands; talk to the store dir
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(db_app, name="db")
+_trust_commands.register(app, tenant_app)  # audit verify|export, tenant delete|purge
 
 
 @tenant_app.command("create")
@@ -211,6 +223,22 @@ def db_upgrade_cmd(
         typer.echo(f"applied migrations {', '.join(str(v) for v in applied)}; schema at version {version}")
     else:
         typer.echo(f"schema already at version {version}; nothing to apply")
+
+
+# Operator evidence commands (triggers, fires, why, status, history export|purge): fireledger.cli_ops.
+from fireledger.cli_ops import register as _register_ops  # noqa: E402
+
+_register_ops(app)
+
+# The timing plane's operator commands (due-index rebuild|report, partitions show|set).
+from fireledger.timing.commands import register as _register_timing  # noqa: E402
+
+_register_timing(app)
+
+# The dispatch plane's operator commands (tenant quota).
+from fireledger.dispatch.commands import register as _register_dispatch  # noqa: E402
+
+_register_dispatch(tenant_app)
 
 
 def main() -> None:

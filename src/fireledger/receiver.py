@@ -23,7 +23,7 @@ FastAPI (this module itself needs neither FastAPI nor Flask)::
     receiver = Receiver(
         "whsec_...",                                    # the target's secret (or a list, to rotate)
         audience="https://hooks.example.com/fire",      # the target URL, exactly as registered
-        issuer="https://fireledger.example.com",
+        issuer="https://fireledger.example.com",       # the deployment's FIRELEDGER_ISSUER
         jwks=jwks_from_url("https://fireledger.example.com/.well-known/jwks.json"),
     )
 

@@ -19,8 +19,10 @@ from pathlib import Path
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
-from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION
+from fireledger.retention import retention_loop
+from fireledger.security.envelope import cipher_for
+from fireledger.security.tenancy import purge_loop
 from fireledger.store import SqlStore
 
 log = logging.getLogger("fireledger.service")
@@ -52,13 +54,13 @@ def parse_listen(listen: str) -> tuple[str, int]:
 async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> None:
     import uvloop  # noqa: F401  (the policy is installed by the caller)
 
-    from fireledger.dispatch.runner import Dispatcher
-    from fireledger.timing import TimingLoop
+    from fireledger.timing import TimingNode
+    from fireledger.timing.node import ServerClockProbe
 
     system = SystemClock()
     clock: Clock = system
     if store.engine_name == "postgres":
-        clock = CrossCheckedClock(system, store.server_time_us)
+        clock = CrossCheckedClock(system, ServerClockProbe(store))  # one dedicated connection
     iv = system.now()
     if iv.source == "declared":
         log.warning(
@@ -71,13 +73,16 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
     keys = KeyRingFile(keyring_path(store))
     issuer = os.environ.get("FIRELEDGER_ISSUER") or f"http://{listen or '127.0.0.1:8080'}"
     if "dispatch" in roles:
-        dispatcher = Dispatcher(store, clock, node_id("dispatch"), keys=keys, issuer=issuer)
+        from fireledger.dispatch.runner import Dispatcher  # imported only where it runs (startup time)
+
+        dispatcher = Dispatcher.from_env(store, clock, node_id("dispatch"), keys=keys, issuer=issuer)
         tasks.append(asyncio.create_task(dispatcher.run(), name="dispatch"))
     if "timing" in roles:
         def committed(_fires: Sequence[NewFire]) -> None:
             if dispatcher is not None:
                 dispatcher.wake_threadsafe(loop)
-        timing = TimingLoop(store, clock, node_id("timing"), on_committed=committed)
+        # Partition leases, shadow rebuilder and definition notifications on PostgreSQL (timing/node.py).
+        timing = TimingNode.build(store, clock, node_id("timing"), on_committed=committed)
         tasks.append(asyncio.create_task(timing.run(), name="timing"))
     server = None
     if "control" in roles:
@@ -96,12 +101,12 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
 
-    def due_age() -> float | None:
-        now = clock.now()
-        oldest = store.oldest_undispatched_us(now.earliest_us)
-        return None if oldest is None else (now.earliest_us - oldest) / 1e6
-
-    METRICS.add_due_age(due_age)
+    # Deleted tenants are purged (definitions, payloads, history) by the control plane's job.
+    purge = asyncio.create_task(purge_loop(store), name="purge") if "control" in roles else None
+    # History past the retention window is archived and purged by the control plane's job.
+    retention = asyncio.create_task(retention_loop(store, clock), name="retention") if "control" in roles else None
+    # The due age (per partition) is read from the store at scrape time by the control plane's
+    # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
@@ -119,6 +124,10 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
         server.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
     waiter.cancel()
+    if purge is not None:
+        purge.cancel()
+    if retention is not None:
+        retention.cancel()
 
 
 def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
@@ -130,6 +139,8 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
     setup(os.environ.get("FIRELEDGER_LOG_LEVEL", "info"))
     store = SqlStore.open(db)
     try:
+        if {"control", "dispatch"} & set(roles):
+            cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
         uvloop.run(_run(store, roles, listen))
     finally:
         store.close()

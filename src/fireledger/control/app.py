@@ -23,7 +23,15 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/triggers/{id}/preview``    reader
 ``GET  /v1/triggers/{id}/fires``      reader    fire history, oldest first
 ``GET  /v1/fires/{key}``              reader    one fire
+``POST /v1/targets/{id}/verify``      admin     ownership challenge (privileged)
+``PATCH /v1/triggers/{id}/policy``    policy    policy fields only (the policy surface)
+``POST/GET /v1/principals[/{id}]``    admin     principals and tokens (token shown once)
+``DELETE /v1/principals/{id}``        admin     revoke (409 for the last admin)
+``GET  /v1/audit``                    admin     the tenant's audit rows
 ====================================  ========  =================================================
+
+A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,
+privileged, history) in ``/openapi.json``.
 """
 
 from __future__ import annotations
@@ -44,8 +52,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fireledger.clock import Clock
 from fireledger.store import SqlStore
 
-from . import targets, triggers
-from .auth import hash_token, parse_bearer, unauthorized
+from . import audit, console, history, outcomes, policy, principals, queues, targets, triggers
+from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
 from .context import ApiContext
 from .problems import PROBLEM_JSON, ProblemError, invalid, problem
 from .schemas import Health
@@ -81,7 +89,9 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets)
 
     @app.exception_handler(ProblemError)
-    async def _problem(_request: Request, exc: ProblemError) -> Any:
+    async def _problem(request: Request, exc: ProblemError) -> Any:
+        if isinstance(exc, Forbidden):
+            await audit.record_denial(request, exc)  # a refused act is audited (invariant 13)
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
@@ -102,12 +112,16 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    from fireledger.observe.metrics import StoreCollector
+
+    store_metrics = StoreCollector(store, clock).registry()
+
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
         """Prometheus text format; the due age is computed from the store at scrape time."""
         from fireledger.observe.metrics import METRICS
 
-        return Response(METRICS.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(METRICS.render(store_metrics), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/.well-known/jwks.json", include_in_schema=False)
     def jwks() -> Response:
@@ -120,6 +134,14 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     app.include_router(targets.router)
     app.include_router(triggers.router)
     app.include_router(triggers.fires_router)
+    app.include_router(history.router)
+    app.include_router(policy.router)
+    app.include_router(principals.router)
+    app.include_router(audit.router)
+    app.include_router(outcomes.router)   # POST …/outcome authenticates by signature (see the guard)
+    app.include_router(queues.router)
+    console.mount(app)
+    apply_surfaces(app)  # OpenAPI tags: management, policy, privileged, history (auth.surface_of)
     app.add_middleware(GuardMiddleware, store=store)
     return app
 
@@ -213,7 +235,8 @@ class GuardMiddleware:
 
         try:
             path: str = scope.get("path", "")
-            if path == "/v1" or path.startswith("/v1/"):
+            signed = outcomes.is_signed_callback(scope.get("method", ""), path)   # the target's signature
+            if (path == "/v1" or path.startswith("/v1/")) and not signed:
                 refusal, receive = await self._guard(scope, receive)
                 if refusal is not None:
                     await refusal.response()(scope, receive, send_tracking)

@@ -28,8 +28,11 @@ class _Body(BaseModel):
 
 
 class TargetCreate(_Body):
-    kind: str = Field(description="Target kind; only 'http' in this version.", examples=["http"])
-    url: str | None = Field(None, description="https:// endpoint that receives signed POSTs.")
+    kind: str = Field(description="'http' (an endpoint), 'queue' (a queue inside fireledger, pulled at "
+                                  "/v1/queues/{id}) or 'internal' (a registered Python callable).",
+                      examples=["http"])
+    url: str | None = Field(None, description="http: the https:// endpoint that receives signed POSTs.")
+    name: str | None = Field(None, max_length=200, description="internal: the registered callable's name.")
 
 
 class Verification(BaseModel):

@@ -1,4 +1,14 @@
-"""``/v1/targets``: where fires are delivered. A target is a privilege (invariant 12)."""
+"""``/v1/targets``: where fires are delivered. A target is a privilege (invariant 12, seed ADR-14).
+
+A new ``http`` target is ``unverified``: no trigger may point at it until its origin proves
+ownership — serve the target's ``verification.token`` at
+``/.well-known/fireledger-verification/<token>`` on the target's origin, then
+``POST /v1/targets/{id}/verify`` (see :mod:`fireledger.security.targets`). Verification lasts 30 days;
+verify again to extend it. A failed or lapsed verification is also checked by the attempt runner,
+which then does not call the target (the fire is recorded ``failed`` with the cause).
+
+Creating, verifying and deleting a target need the ``admin`` role and are audited.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +16,58 @@ import base64
 import secrets
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, Field
 
+from fireledger.dispatch.internal import PREFIX as INTERNAL_PREFIX
+from fireledger.dispatch.internal import name_problem
 from fireledger.domain.keys import new_id
 from fireledger.domain.model import Principal, Target
-from fireledger.store import InvariantViolation, StoreError
+from fireledger.security.egress import EgressPolicy
+from fireledger.security.limits import max_targets_per_tenant
+from fireledger.security.targets import VERIFICATION_TTL_S, WELL_KNOWN, fetch_challenge, forget_cached
+from fireledger.store.trust import TargetTrust
 
 from .auth import require
 from .context import ApiContext, get_ctx
-from .problems import conflict, invalid, not_found
-from .schemas import Problem, TargetCreate, TargetCreated, TargetPage, TargetView
+from .problems import ProblemError, conflict, invalid, not_found
+from .schemas import Problem, TargetCreate
 from .urls import check_target_url
-from .views import id_cursor, parse_id_cursor, target_view
+from .views import id_cursor, instant, parse_id_cursor
 
-router = APIRouter(prefix="/v1/targets", tags=["targets"],
+#: ``http`` (a verified endpoint), ``queue`` (a tenant-owned queue, /v1/queues), ``internal`` (a
+#: Python callable registered by name in the dispatching process; stored as ``internal:<name>``).
+TARGET_KINDS = ("http", "queue", "internal")
+
+router = APIRouter(prefix="/v1/targets", tags=["management"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
+
+
+class VerificationView(BaseModel):
+    state: str = Field(description="unverified, verified or failed.")
+    token: str = Field(description="Serve this at challenge_path on the target's origin, then verify.")
+    challenge_path: str
+    verified_at: str | None
+    expires_at: str | None = Field(description="A trigger may use the target until then.")
+    error: str | None = Field(description="Why the last verification failed.")
+
+
+class TargetOut(BaseModel):
+    id: str
+    kind: str
+    url: str | None
+    verification: VerificationView
+    created_at: str
+
+
+class TargetCreatedOut(TargetOut):
+    secret: str = Field(description="Standard Webhooks signing secret; shown only once.")
+
+
+class TargetPageOut(BaseModel):
+    items: list[TargetOut]
+    next: str | None
 
 
 def new_signing_secret() -> str:
@@ -32,49 +79,111 @@ def new_signing_secret() -> str:
     return new_secret()
 
 
-@router.post("", status_code=201, response_model=TargetCreated,
+def view(t: Target, trust: TargetTrust | None, *, secret: str | None = None) -> dict[str, Any]:
+    """A target as the API shows it (the secret only when given: the create response)."""
+    out: dict[str, Any] = {
+        "id": t.id, "kind": t.kind, "url": t.url,
+        "verification": {
+            "state": trust.state if trust else t.verification_state,
+            "token": t.verification_token,
+            "challenge_path": WELL_KNOWN + t.verification_token,
+            "verified_at": instant(trust.verified_us) if trust else None,
+            "expires_at": instant(trust.expires_us) if trust else None,
+            "error": trust.error if trust else None,
+        },
+        "created_at": instant(t.created_us),
+    }
+    if secret is not None:
+        out["secret"] = secret
+    return out
+
+
+@router.post("", status_code=201, response_model=TargetCreatedOut,
              summary="Register a target (the signing secret is shown only in this response)")
 def create_target(body: TargetCreate, response: Response, principal: Principal = Depends(require("admin")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     errors: list[tuple[str, str]] = []
-    if body.kind != "http":
-        errors.append(("kind", "only 'http' is supported in this version"))
-    elif body.url is None:
-        errors.append(("url", "is required for an http target"))
-    else:
-        problem = check_target_url(body.url, allow_private=ctx.allow_private_targets)
-        if problem:
-            errors.append(("url", problem))
+    url = body.url
+    if body.kind not in TARGET_KINDS:
+        errors.append(("kind", "must be one of http, queue, internal"))
+    elif body.kind == "http":
+        if body.url is None:
+            errors.append(("url", "is required for an http target"))
+        else:
+            problem = check_target_url(body.url, allow_private=ctx.allow_private_targets)
+            if problem:
+                errors.append(("url", problem))
+        if body.name is not None:
+            errors.append(("name", "applies only to an internal target"))
+    else:   # queue / internal: inside fireledger, nothing to verify (fireledger.dispatch.internal)
+        if body.url is not None:
+            errors.append(("url", f"a {body.kind} target has no url"))
+        if body.kind == "queue" and body.name is not None:
+            errors.append(("name", "applies only to an internal target"))
+        if body.kind == "internal":
+            problem = "is required for an internal target" if body.name is None else name_problem(body.name)
+            if problem:
+                errors.append(("name", problem))
+            url = INTERNAL_PREFIX + (body.name or "")
     if errors:
         raise invalid(errors)
+    limit = max_targets_per_tenant()
+    if ctx.store.count_targets(principal.tenant_id) >= limit:
+        raise ProblemError(409, f"the tenant has {limit} targets, the limit", slug="limit-reached")
     target = Target(
-        id=new_id("tg"), tenant_id=principal.tenant_id, kind="http", url=body.url,
-        secret=new_signing_secret(), verification_state="unverified",
+        id=new_id("tg"), tenant_id=principal.tenant_id, kind=body.kind, url=url,
+        secret=new_signing_secret(), verification_state="unverified" if body.kind == "http" else "verified",
         verification_token=secrets.token_urlsafe(24), created_us=ctx.now_us(),
     )
-    ctx.store.create_target(target)
+    ctx.store.create_target_audited(target, principal.id)
     response.headers["Location"] = f"/v1/targets/{target.id}"
-    return target_view(target, with_secret=True)
+    return view(target, None, secret=target.secret)
 
 
-@router.get("", response_model=TargetPage, summary="List targets (oldest id first, paged)")
+@router.get("", response_model=TargetPageOut, summary="List targets (oldest id first, paged)")
 def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Query(None, max_length=300),
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)
     rows = ctx.store.list_targets(principal.tenant_id, after=after, limit=limit + 1)
     page = rows[:limit]
-    return {"items": [target_view(t) for t in page],
+    return {"items": [view(t, ctx.store.target_trust(t.id)) for t in page],
             "next": id_cursor(page[-1].id) if len(rows) > limit else None}
 
 
-@router.get("/{target_id}", response_model=TargetView, responses={404: {"model": Problem}})
+@router.get("/{target_id}", response_model=TargetOut, responses={404: {"model": Problem}})
 def get_target(target_id: str, principal: Principal = Depends(require("reader")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     t = ctx.store.get_target(principal.tenant_id, target_id)
     if t is None:
         raise not_found("target")
-    return target_view(t)
+    return view(t, ctx.store.target_trust(t.id))
+
+
+@router.post("/{target_id}/verify", response_model=TargetOut,
+             responses={404: {"model": Problem}, 409: {"model": Problem}},
+             summary="Prove ownership: fetch the challenge on the target's origin (state verified or failed)")
+async def verify_target(target_id: str, principal: Principal = Depends(require("admin")),
+                        ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
+    t = await anyio.to_thread.run_sync(ctx.store.get_target, principal.tenant_id, target_id)
+    if t is None:
+        raise not_found("target")
+    if t.kind != "http" or not t.url:
+        raise conflict(f"a {t.kind} target needs no verification")
+    cause = await fetch_challenge(t.url, t.verification_token,
+                                  EgressPolicy(allow_private=ctx.allow_private_targets))
+    now_us = ctx.now_us()
+    if cause is None:
+        state, verified, expires = "verified", now_us, now_us + VERIFICATION_TTL_S * 1_000_000
+    else:
+        state, verified, expires = "failed", None, None
+    ok = await anyio.to_thread.run_sync(ctx.store.set_target_verification, principal.tenant_id, t.id, state,
+                                        verified, expires, cause, principal.id, now_us)
+    if not ok:
+        raise not_found("target")
+    forget_cached(t.id)
+    trust = await anyio.to_thread.run_sync(ctx.store.target_trust, t.id)
+    return view(t, trust)
 
 
 @router.delete("/{target_id}", status_code=204, response_class=Response,
@@ -82,15 +191,10 @@ def get_target(target_id: str, principal: Principal = Depends(require("reader"))
                summary="Delete a target (refused while a live trigger uses it)")
 def delete_target(target_id: str, principal: Principal = Depends(require("admin")),
                   ctx: ApiContext = Depends(get_ctx)) -> Response:
-    if ctx.store.get_target(principal.tenant_id, target_id) is None:
+    outcome = ctx.store.delete_target_audited(principal.tenant_id, target_id, principal.id, ctx.now_us())
+    if outcome == "absent":
         raise not_found("target")
-    try:
-        deleted = ctx.store.delete_target(principal.tenant_id, target_id, ctx.now_us())
-    except InvariantViolation:
-        raise
-    except StoreError as exc:
-        # "target X is used by trigger Y": both ids belong to this tenant.
-        raise conflict(f"{exc}; delete or amend that trigger first") from None
-    if not deleted:
-        raise not_found("target")
+    if outcome.startswith("in-use:"):
+        # Both ids belong to this tenant.
+        raise conflict(f"target {target_id} is used by trigger {outcome[7:]}; delete or amend that trigger first")
     return Response(status_code=204)

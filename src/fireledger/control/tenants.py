@@ -37,13 +37,13 @@ def validate_tenant_name(name: str) -> str:
 
 
 def create_tenant(store: SqlStore, name: str, now_us: int,
-                  roles: frozenset[str] = ALL_ROLES) -> tuple[str, str]:
-    """Create a tenant and its first principal; return ``(tenant_id, token)``. The token is not
-    stored (only its hash) and cannot be shown again. Raises ``ValueError`` for a bad name and the
-    engine's integrity error for a duplicate name."""
+                  roles: frozenset[str] = ALL_ROLES, actor: str = "operator") -> tuple[str, str]:
+    """Create a tenant and its first principal, audited as done by ``actor``; return
+    ``(tenant_id, token)``. The token is not stored (only its hash) and cannot be shown again.
+    Raises ``ValueError`` for a bad name and the engine's integrity error for a duplicate name."""
     name = validate_tenant_name(name)
     tenant = Tenant(new_id("tn"), name, now_us)
     token = new_token()
     principal = Principal(new_id("pr"), tenant.id, "owner", roles, now_us)
-    store.create_tenant_with_principal(tenant, principal, hash_token(token))
+    store.create_tenant_audited(tenant, principal, hash_token(token), actor)
     return tenant.id, token

@@ -16,7 +16,7 @@ import json
 import logging
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 
@@ -42,14 +42,17 @@ from fireledger.recurrence import (
     parse_duration,
     preview,
 )
+from fireledger.security.envelope import seal_payload
+from fireledger.security.limits import trigger_input_problems, trigger_limit_problem
+from fireledger.security.targets import target_write_problem
 
+from . import history
+from .audit import record_policy_change
 from .auth import check_role, require
 from .context import ApiContext, get_ctx
 from .partition import partition_of
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import (
-    FirePage,
-    FireView,
     Preview,
     Problem,
     TriggerCreate,
@@ -57,7 +60,7 @@ from .schemas import (
     TriggerPatch,
     TriggerView,
 )
-from .views import fire_cursor, fire_view, id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
+from .views import fire_view, id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
 
 log = logging.getLogger("fireledger.control")
 
@@ -176,13 +179,15 @@ def _name(text: str, errors: list[tuple[str, str]]) -> str:
 
 
 def _check_target(ctx: ApiContext, tenant_id: str, target_id: str, errors: list[tuple[str, str]]) -> None:
-    if ctx.store.get_target(tenant_id, target_id) is None:
-        errors.append(("target_id", "no such target"))
+    # Invariant 12: only a verified, unexpired target of this tenant (another's reads as missing).
+    problem = target_write_problem(ctx.store, tenant_id, target_id, ctx.now_us())
+    if problem:
+        errors.append(("target_id", problem))
 
 
 def _check_policy_role(principal: Principal, fields: set[str]) -> None:
     if fields & POLICY_FIELDS:
-        check_role(principal, "policy")
+        check_role(principal, "policy", fields=sorted(fields & POLICY_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -221,8 +226,11 @@ def _view(ctx: ApiContext, principal: Principal, trigger_id: str) -> dict[str, A
 def create_trigger(body: TriggerCreate, response: Response, principal: Principal = Depends(require("author")),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     _check_policy_role(principal, body.model_fields_set)
+    over = trigger_limit_problem(ctx.store, principal.tenant_id)
+    if over:
+        raise ProblemError(409, over, slug="limit-reached")
     now_us = ctx.now_us()
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[str, str]] = trigger_input_problems({"schedule": body.schedule, "payload": body.payload})
     name = _name(body.name, errors)
     rec = _compile(body.schedule, now_us, errors)
     _check_target(ctx, principal.tenant_id, body.target_id, errors)
@@ -233,11 +241,14 @@ def create_trigger(body: TriggerCreate, response: Response, principal: Principal
         raise invalid(errors)
     tid = new_id("tr")
     trigger = Trigger(id=tid, tenant_id=principal.tenant_id, name=name, state=TriggerState.ACTIVE,
-                      current_version=1, partition=partition_of(tid), created_us=now_us, updated_us=now_us)
+                      current_version=1, partition=partition_of(tid, ctx.store.partition_count()),
+                      created_us=now_us, updated_us=now_us)
     version = TriggerVersion(trigger_id=tid, version=1, tenant_id=principal.tenant_id, schedule=rec.spec(),
-                             target_id=body.target_id, payload=payload, policies=policies,
-                             tzdata_version=TZDATA_VERSION, created_us=now_us)
+                             target_id=body.target_id,
+                             payload=seal_payload(ctx.store, principal.tenant_id, tid, 1, payload),
+                             policies=policies, tzdata_version=TZDATA_VERSION, created_us=now_us)
     ctx.store.create_trigger(trigger, version, nxt)
+    record_policy_change(ctx, principal, tid, None, policies, body.model_fields_set, now_us)
     _changed(ctx)
     response.headers["Location"] = f"/v1/triggers/{tid}"
     return trigger_view(replace(trigger, next_us=nxt), version)
@@ -276,7 +287,8 @@ def amend_trigger(trigger_id: str, body: TriggerPatch, principal: Principal = De
     if not fields:
         raise invalid([("body", "names no field to change")])
     now_us = ctx.now_us()
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[str, str]] = trigger_input_problems(
+        {f: getattr(body, f) for f in fields & {"schedule", "payload"}})
     name = _name(body.name, errors) if "name" in fields else trigger.name
     rec = _compile(body.schedule, now_us, errors) if "schedule" in fields else recurrence_of(old)
     target_id = old.target_id
@@ -300,11 +312,14 @@ def amend_trigger(trigger_id: str, body: TriggerPatch, principal: Principal = De
         raise invalid(errors)
     version = TriggerVersion(trigger_id=trigger.id, version=trigger.current_version + 1,
                              tenant_id=trigger.tenant_id, schedule=rec.spec(), target_id=target_id,
-                             payload=payload, policies=policies, tzdata_version=TZDATA_VERSION,
-                             created_us=now_us)
+                             payload=seal_payload(ctx.store, trigger.tenant_id, trigger.id,
+                                                  trigger.current_version + 1, payload)
+                             if "payload" in fields else payload,  # kept: sealed at an earlier version
+                             policies=policies, tzdata_version=TZDATA_VERSION, created_us=now_us)
     if not ctx.store.amend_trigger(trigger, version, name, nxt, now_us):
         raise conflict(f"the trigger changed meanwhile (version {trigger.current_version} is no longer "
                        "current); read it again and retry")
+    record_policy_change(ctx, principal, trigger.id, old.policies, policies, fields, now_us)
     _changed(ctx)
     return _view(ctx, principal, trigger.id)
 
@@ -374,21 +389,24 @@ def preview_trigger(trigger_id: str, count: int = Query(10, ge=1, le=1000),
 # --- history ----------------------------------------------------------------------------------
 
 
-@router.get("/{trigger_id}/fires", response_model=FirePage, responses={404: {"model": Problem}},
-            summary="Fires of a trigger, oldest first (never their payloads)")
+@router.get("/{trigger_id}/fires", response_model=history.HistoryPage, responses={404: {"model": Problem}},
+            summary="Fires of a trigger, oldest first by default (never their payloads)")
 def list_fires(trigger_id: str, limit: int = Query(100, ge=1, le=1000),
                cursor: str | None = Query(None, max_length=300),
+               from_: str | None = Query(None, alias="from", max_length=64,
+                                         description="RFC 3339; scheduled instant ≥ from"),
+               to: str | None = Query(None, max_length=64, description="RFC 3339; scheduled instant < to"),
+               state: str | None = Query(None, max_length=200, description="state or comma-separated states"),
+               order: Literal["asc", "desc"] = Query("asc"),
                principal: Principal = Depends(require("reader")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    after = parse_fire_cursor(cursor)
+    parse_fire_cursor(cursor)
     found = _lookup(ctx, principal, trigger_id)
-    rows = ctx.store.list_fires(principal.tenant_id, found.trigger.id, after=after, limit=limit + 1)
-    page = rows[:limit]
-    return {"items": [fire_view(f) for f in page],
-            "next": fire_cursor(page[-1]) if len(rows) > limit else None}
+    return history.fires_page(ctx, principal.tenant_id, trigger_id=found.trigger.id, limit=limit, cursor=cursor,
+                              from_=from_, to=to, state=state, order=order)
 
 
-@fires_router.get("/{key}", response_model=FireView, responses={404: {"model": Problem}},
+@fires_router.get("/{key}", response_model=history.HistoryFire, responses={404: {"model": Problem}},
                   summary="One fire by its key")
 def get_fire(key: str, principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:

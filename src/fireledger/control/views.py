@@ -82,9 +82,11 @@ def fire_view(f: Fire) -> dict[str, Any]:
         "version": f.version,
         "tzdata_version": f.tzdata_version,
         "decided_by": f.decided_by,
+        "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
         "attempts": [
             {"attempt": a.number, "started_at": instant(a.started_us), "finished_at": instant(a.finished_us),
-             "result": a.result, "http_status": a.http_status, "error": a.error}
+             "result": a.result, "http_status": a.http_status, "error": a.error,
+             "duration_s": None if a.finished_us is None else (a.finished_us - a.started_us) / 1e6}
             for a in f.attempt_list
         ],
     }

@@ -44,6 +44,7 @@ import aiohttp
 import yarl
 
 from fireledger.dispatch import signing
+from fireledger.security.egress import guarded_connector
 
 __all__ = [
     "BODY_CAP_BYTES",
@@ -256,7 +257,9 @@ class HttpSender:
         if self._session is None:
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(_on_headers_sent)
-            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
+            # Egress guard (invariant 12): no loopback/private/metadata address unless the operator
+            # allows it; each connection goes to the addresses its one resolution returned.
+            connector = guarded_connector(limit=self._limit, limit_per_host=self._limit_per_host)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 cookie_jar=aiohttp.DummyCookieJar(),  # never carry cookies between targets/tenants

@@ -1,14 +1,20 @@
-"""The attempt runner: claims committed fires from the ledger and makes one HTTP attempt each.
+"""The attempt runner: claims committed fires from the ledger through the lanes and makes one attempt
+each — an HTTP POST, a put on a tenant's queue, or a call of a registered Python callable.
 
 Only committed fires can be claimed (the ledger *is* the queue), so nothing is ever sent for a fire
-whose record did not commit. A claim leases the fire until the attempt's deadline plus a margin; a
-runner killed mid-attempt leaves the lease to expire and another runner (or this one restarted)
-picks the fire up as a further attempt under the same key.
+whose record did not commit. Each claim round is one store transaction (``claim_shaped``) in which
+:mod:`fireledger.dispatch.shaping` decides what starts now: lanes with their own rates and
+concurrency, per-tenant quotas (fires/s and in flight), recovery lanes paced at a fraction of the
+tenant's quota, and the published shedding order (backfill, catch-up, over-quota, on-time). A claim
+leases the fire until the attempt's deadline plus a margin; a runner killed mid-attempt leaves the
+lease to expire and another runner (or this one restarted) picks the fire up as a further attempt
+under the same key.
 
 Outcomes: 2xx ``delivered``; 408/429/5xx/connection errors retried with bounded, jittered backoff
-(truncated at the trigger's next instant); other 4xx/3xx ``failed`` with the status as cause; a
-timeout is attempt result ``unknown`` — retried under the same key while attempts remain, and the
-fire ends ``unknown`` when they run out.
+(truncated at the trigger's next instant) in the fire's own lane, each attempt charged to the
+tenant's quota; other 4xx/3xx ``failed`` with the status as cause; a timeout is attempt result
+``unknown`` — retried under the same key while attempts remain, and the fire ends ``unknown`` when
+they run out.
 """
 
 from __future__ import annotations
@@ -17,19 +23,34 @@ import asyncio
 import json
 import logging
 import math
+import os
 import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob, Lane
+from fireledger.domain.model import DispatchJob, Fire, Lane
+from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
+from fireledger.security.targets import admit
 from fireledger.store import Settlement, SqlStore
+from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, ShapedDecision
 
+from . import shaping
 from .credentials import KeyRingFile, authorization_header, body_sha256, mint
 from .http import HttpRequest, HttpResult, HttpSender
+from .internal import PREFIX as INTERNAL_PREFIX
+from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
+from .lanes import LANES, DispatchConfig
 from .retry import retry_plan
 
 log = logging.getLogger("fireledger.dispatch")
@@ -37,11 +58,21 @@ log = logging.getLogger("fireledger.dispatch")
 LEASE_MARGIN_US = 5_000_000
 DEFAULT_LEASE_US = 30_000_000 + LEASE_MARGIN_US
 
+ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts started, by lane and service class",
+                         ["lane", "admission"], registry=METRICS.registry)
+WAITING = Gauge("fireledger_dispatch_waiting", "Due fires offered but left waiting at the last claim round, "
+                "by class (what is being shed)", ["node", "admission"], registry=METRICS.registry)
+
+
+def decode_payload(tenant_id: str, payload: bytes) -> Any:
+    """The payload of a version as sent to a target (the one place the dispatch path reads it)."""
+    return json.loads(payload) if payload else {}
+
 
 def dispatch_body(job: DispatchJob, key: str) -> bytes:
     """The JSON body of an HTTP dispatch (DESIGN.md §4)."""
     f = job.fire
-    payload = json.loads(job.payload) if job.payload else {}
+    payload = decode_payload(f.tenant_id, job.payload)
     return json.dumps({
         "fire_key": key, "trigger_id": f.trigger_id,
         "scheduled_instant": format_instant(from_us(f.scheduled_us)),
@@ -75,40 +106,109 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     return Settlement(job, res.outcome, status, res.error, "pending", None, now_us + int(delay * 1e6))
 
 
+def _candidate(f: Fire) -> shaping.Candidate:
+    return shaping.Candidate(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq, f.lane)
+
+
+class _Shaper:
+    """Adapts a claim transaction's snapshot to :func:`shaping.shape` (with this round's capacity)."""
+
+    def __init__(self, config: DispatchConfig, capacity: shaping.Capacity) -> None:
+        self.config = config
+        self.capacity = capacity
+
+    def bucket_keys(self, candidates: Mapping[str, Sequence[Fire]]) -> list[str]:
+        return shaping.bucket_keys({lane: [_candidate(f) for f in fs] for lane, fs in candidates.items()},
+                                   self.config)
+
+    def decide(self, snapshot: ClaimSnapshot) -> ShapedDecision:
+        by_key: dict[tuple[str, str, int, int], Fire] = {}
+        cands: dict[str, list[shaping.Candidate]] = {}
+        for lane, fires in snapshot.candidates.items():
+            out = cands[lane] = []
+            for f in fires:
+                c = _candidate(f)
+                by_key[c.key] = f
+                out.append(c)
+        quotas = {t: shaping.TenantQuota(*q) for t, q in snapshot.quotas.items()}
+        plan = shaping.shape(snapshot.now_us, cands, quotas, snapshot.inflight, snapshot.tats, self.capacity,
+                             self.config)
+        return ShapedDecision([(by_key[c.key], a.value) for c, a in plan.admitted], plan.tats, plan.wake_us,
+                              plan.waiting)
+
+
+def check_env(env: Mapping[str, str] | None = None) -> DispatchConfig:
+    """Validate the dispatch settings in the environment (``ValueError`` naming the variable)."""
+    return DispatchConfig.from_env(env)
+
+
 class Dispatcher:
-    """Drains the lanes of the ledger with bounded concurrency."""
+    """Drains the lanes of the ledger (see the module docstring).
+
+    ``lanes`` limits which lanes this process serves; ``concurrency`` and ``batch`` override the
+    config's; ``internal`` is the registry of ``internal`` targets (the process-wide one by default).
+    """
 
     def __init__(self, store: SqlStore, clock: Clock, node_id: str, *,
-                 lanes: tuple[str, ...] = (Lane.ON_TIME.value, Lane.CATCH_UP.value, Lane.BACKFILL.value),
-                 concurrency: int = 256, batch: int = 512, idle_s: float = 0.5,
-                 sender: HttpSender | None = None, keys: KeyRingFile | None = None,
-                 issuer: str = "http://127.0.0.1:8080") -> None:
+                 lanes: tuple[str, ...] = LANES, concurrency: int | None = None, batch: int | None = None,
+                 idle_s: float = 0.5, sender: HttpSender | None = None, keys: KeyRingFile | None = None,
+                 issuer: str = "http://127.0.0.1:8080", config: DispatchConfig | None = None,
+                 internal: InternalRegistry | None = None) -> None:
+        cfg = config or DispatchConfig()
+        if concurrency is not None:
+            cfg = replace(cfg, concurrency=concurrency)
+        if batch is not None:
+            cfg = replace(cfg, batch=batch)
+        unknown = [lane for lane in lanes if lane not in LANES]
+        if unknown:
+            raise ValueError(f"lanes: unknown lane {unknown[0]!r}")
         self.store = store
         self.clock = clock
         self.node_id = node_id
         self.lanes = lanes
-        self.concurrency = concurrency
-        self.batch = batch
+        self.config = cfg
+        self.concurrency = cfg.concurrency
+        self.batch = cfg.batch
         self.idle_s = idle_s
         self.sender = sender
         self.keys = keys
         self.issuer = issuer
+        self.internal = internal if internal is not None else REGISTRY
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._results: list[Settlement] = []
         self._flush_event: asyncio.Event | None = None
         self.delivered = 0
         self._inflight = 0
+        self._lane_inflight: Counter[str] = Counter()
+        self._over_inflight = 0
+        self._min_claim = max(1, cfg.concurrency // 8)
+        self.admitted: Counter[str] = Counter()   # by service class, since start
+        self.last_waiting: dict[str, int] = {}
+
+    @classmethod
+    def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
+        """A dispatcher configured from ``FIRELEDGER_*`` (see :mod:`fireledger.dispatch.lanes`), after
+        importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
+        load_modules(os.environ.get("FIRELEDGER_INTERNAL_MODULES"))
+        return cls(store, clock, node_id, config=DispatchConfig.from_env(), **kw)
 
     def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
-        """Seconds from now to the trigger's next instant after this fire (None: no next one)."""
+        """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until
+        the trigger's next instant after it. A caught-up or backfilled fire's next instant has passed
+        already, so it gets the same span — its period — counted from its first attempt (decision
+        0032): retries are bounded the same way whatever lane the fire drains in."""
         f = job.fire
         try:
             rec = recurrence_for(f.trigger_id, f.version, job.schedule)
             nxt = next_us(rec, f.scheduled_us)
         except RecurrenceError:
             return None
-        return None if nxt is None else max(0.0, (nxt - now_us) / 1e6)
+        if nxt is None:
+            return None
+        if f.lane != Lane.ON_TIME.value:
+            nxt = (f.dispatched_us if f.dispatched_us is not None else now_us) + (nxt - f.scheduled_us)
+        return max(0.0, (nxt - now_us) / 1e6)
 
     def wake(self) -> None:
         """Fires were committed in this process: claim now instead of at the next idle poll."""
@@ -122,46 +222,87 @@ class Dispatcher:
         self._stopping = True
         self.wake()
 
-    async def _attempt(self, job: DispatchJob, sem: asyncio.Semaphore) -> None:
+    # --- capacity -------------------------------------------------------------------------------
+
+    def capacity(self) -> shaping.Capacity:
+        """This process's free attempt slots now."""
+        cfg = self.config
+        lanes = {lane: (cfg.lane(lane).concurrency - self._lane_inflight[lane]) if lane in self.lanes else 0
+                 for lane in LANES}
+        return shaping.Capacity(cfg.concurrency - self._inflight, lanes, cfg.over_quota_slots - self._over_inflight)
+
+    def _fetch(self, cap: shaping.Capacity) -> dict[str, int]:
+        out = {}
+        for lane in self.lanes:
+            free = min(cap.total, cap.lanes.get(lane, 0), self.batch)
+            if free > 0:
+                out[lane] = 2 * free + 16   # room for candidates held back by a quota
+        return out
+
+    # --- one attempt ----------------------------------------------------------------------------
+
+    async def _send(self, job: DispatchJob, key: str) -> HttpResult:
+        job, refused = await admit(self.store, job, self.clock.now().latest_us)  # trust: re-check + decrypt
+        if refused is not None:   # target unverified/lapsed or payload unreadable: not called, cause recorded
+            return HttpResult("failed", None, refused, 0.0)
+        f = job.fire
+        target = job.target
+        if target.kind == "queue":
+            # Delivery is the put on the tenant's queue, made with the settlement (one transaction).
+            return HttpResult("delivered", None, None, 0.0, sent=True)
+        if target.kind == "internal":
+            name = (target.url or "").removeprefix(INTERNAL_PREFIX)
+            call = InternalCall(key, f.trigger_id, from_us(f.scheduled_us), job.attempt, f.lane, f.kind, f.version,
+                                decode_payload(f.tenant_id, job.payload))
+            return await self.internal.call(name, f.tenant_id, call, job.policies.timeout_s)
+        assert self.sender is not None
+        now_s = self.clock.now().latest_us // 1_000_000
         try:
-            f = job.fire
+            if target.url is None:
+                raise ValueError("the target has no URL")
+            body = dispatch_body(job, key)
+            headers: dict[str, str] = {}
+            if self.keys is not None:
+                # A credential that lives as long as this attempt (ADR-14).
+                token = mint(self.keys.ring(), issuer=self.issuer, audience=target.url,
+                             subject=f.trigger_id, fire_key=key, attempt=job.attempt,
+                             body_sha256=body_sha256(body), now_s=now_s,
+                             expires_s=now_s + math.ceil(job.policies.timeout_s) + 1)
+                headers = authorization_header(token)
+            req = HttpRequest(url=target.url, secret=target.secret, fire_key=key,
+                              msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
+                              timeout_s=job.policies.timeout_s, extra_headers=headers)
+        except ValueError as exc:
+            # A definition that cannot be sent is final, recorded with its cause (never looped).
+            return HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
+        return await self.sender.send(req)
+
+    async def _attempt(self, claimed: ClaimedJob) -> None:
+        job = claimed.job
+        f = job.fire
+        try:
             key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
-            assert self.sender is not None
-            now_s = self.clock.now().latest_us // 1_000_000
-            try:
-                if job.target.url is None:
-                    raise ValueError("the target has no URL")
-                body = dispatch_body(job, key)
-                headers: dict[str, str] = {}
-                if self.keys is not None:
-                    # A credential that lives as long as this attempt (ADR-14).
-                    token = mint(self.keys.ring(), issuer=self.issuer, audience=job.target.url,
-                                 subject=f.trigger_id, fire_key=key, attempt=job.attempt,
-                                 body_sha256=body_sha256(body), now_s=now_s,
-                                 expires_s=now_s + math.ceil(job.policies.timeout_s) + 1)
-                    headers = authorization_header(token)
-                req = HttpRequest(url=job.target.url, secret=job.target.secret, fire_key=key,
-                                  msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
-                                  timeout_s=job.policies.timeout_s, extra_headers=headers)
-            except ValueError as exc:
-                # A definition that cannot be sent is final, recorded with its cause (never looped).
-                res = HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
-            else:
-                res = await self.sender.send(req)
+            res = await self._send(job, key)
             now_us = self.clock.now().latest_us
             METRICS.attempts.labels(f.lane, res.outcome).inc()
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             self._results.append(settle(job, res, now_us, random.random(), self._until_next(job, now_us)))
+            log.log(logging.DEBUG if res.outcome == "delivered" else logging.INFO, "attempt %s", res.outcome,
+                    extra=attempt_fields(key, job.attempt, res.outcome, trigger_id=f.trigger_id, lane=f.lane,
+                                         http_status=res.http_status, duration_s=res.duration_s))
             if self._flush_event is not None:
                 self._flush_event.set()
         except Exception:
-            log.exception("attempt failed unexpectedly")
+            log.exception("attempt of a fire of trigger %s failed unexpectedly", f.trigger_id)
         finally:
-            sem.release()
             self._inflight -= 1
-            if self._inflight <= self.concurrency // 2:
-                self.wake()   # room for another claim batch
+            self._lane_inflight[f.lane] -= 1
+            if claimed.admission == shaping.Admission.OVER_QUOTA.value:
+                self._over_inflight -= 1
+            lane_free = self.config.lane(f.lane).concurrency - self._lane_inflight[f.lane]
+            if self.concurrency - self._inflight >= self._min_claim or lane_free == 1:
+                self.wake()   # room for another claim round
 
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         assert self._flush_event is not None
@@ -172,7 +313,7 @@ class Dispatcher:
                 batch, self._results = self._results, []
                 try:
                     oks = await loop.run_in_executor(
-                        executor, self.store.settle_attempts, batch, self.clock.now().latest_us)
+                        executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
                     self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True)
                                           if ok and s.state == "delivered")
                     if any(s.state == "pending" for s in batch):
@@ -182,6 +323,25 @@ class Dispatcher:
                     self._results[:0] = batch
                     await asyncio.sleep(0.5)
 
+    # --- the loop -------------------------------------------------------------------------------
+
+    def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
+        now = self.clock.now()
+        return self.store.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
+                                       LEASE_MARGIN_US)
+
+    def _start(self, claimed: ClaimedJob, tasks: set[asyncio.Task[None]]) -> None:
+        lane = claimed.job.fire.lane
+        self._inflight += 1
+        self._lane_inflight[lane] += 1
+        if claimed.admission == shaping.Admission.OVER_QUOTA.value:
+            self._over_inflight += 1
+        self.admitted[claimed.admission] += 1
+        ADMISSIONS.labels(lane, claimed.admission).inc()
+        t = asyncio.create_task(self._attempt(claimed))
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
@@ -190,33 +350,41 @@ class Dispatcher:
         if self.sender is None:
             self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64))
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-store")
-        sem = asyncio.Semaphore(self.concurrency)
         flusher = asyncio.create_task(self._flusher(loop, executor))
         tasks: set[asyncio.Task[None]] = set()
         try:
             while not self._stopping:
                 self._wake.clear()
-                claimed = 0
-                for lane in self.lanes:
-                    free = self.concurrency - len(tasks)
-                    if free <= 0:
-                        break
-                    now = self.clock.now()
-                    jobs = await loop.run_in_executor(
-                        executor, self.store.claim_dispatch, lane, now.latest_us, min(free, self.batch),
-                        self.node_id, DEFAULT_LEASE_US, LEASE_MARGIN_US)
-                    claimed += len(jobs)
-                    for job in jobs:
-                        await sem.acquire()
-                        self._inflight += 1
-                        t = asyncio.create_task(self._attempt(job, sem))
-                        tasks.add(t)
-                        t.add_done_callback(tasks.discard)
-                if claimed == 0 or self._inflight > self.concurrency // 2:
+                cap = self.capacity()
+                fetch = self._fetch(cap)
+                wait_s = self.idle_s
+                if fetch:
                     try:
-                        await asyncio.wait_for(self._wake.wait(), timeout=self.idle_s)
-                    except TimeoutError:
-                        pass
+                        started = loop.time()
+                        res = await loop.run_in_executor(executor, self._claim, cap, fetch)
+                        if log.isEnabledFor(logging.DEBUG):
+                            log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
+                                      sum(res.waiting.values()), (loop.time() - started) * 1000)
+                    except Exception:
+                        log.exception("claiming fires failed; retrying")
+                        res = ClaimResult([], None, {}, {})
+                        wait_s = 0.5
+                    for claimed in res.jobs:
+                        self._start(claimed, tasks)
+                    self.last_waiting = dict(res.waiting)
+                    for name in ("on-time", "over-quota", "catch-up", "backfill"):
+                        WAITING.labels(self.node_id, name).set(res.waiting.get(name, 0))
+                    full = any(res.offered.get(lane, 0) >= n for lane, n in fetch.items())
+                    if res.jobs and (full or res.waiting) and self.capacity().total > 0:
+                        continue   # a full window: there may be more to claim right away
+                    if res.wake_us is not None:
+                        wait_s = min(wait_s, max(0.001, (res.wake_us - self.clock.now().latest_us) / 1e6))
+                    elif res.waiting and self.capacity().total > 0:
+                        wait_s = min(wait_s, 0.1)   # held back by an in-flight quota: look again soon
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
+                except TimeoutError:
+                    pass
         finally:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .keys import from_us
-from .smearing import dispatch_not_before_us
 from .model import (
     Advance,
     Decision,
@@ -30,6 +29,7 @@ from .model import (
     NewFire,
     Policies,
 )
+from .smearing import dispatch_not_before_us
 
 #: Lateness beyond which an instant counts as missed rather than merely late.
 DEFAULT_MISS_THRESHOLD_US = 60_000_000

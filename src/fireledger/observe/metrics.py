@@ -1,22 +1,47 @@
-"""Prometheus metrics for the planes (served at ``/metrics`` by the control plane).
+"""Prometheus metrics (served at ``/metrics`` by the control plane).
 
-One registry per process. The paging signal is ``fireledger_oldest_undispatched_due_age_seconds``:
-how long the oldest instant that should have been decided or delivered has been waiting. It is
-computed from the store at scrape time, so a stalled timing plane shows up even when every process
-is healthy.
+Two sources, one exposition:
+
+* :data:`METRICS` — this process's own counters and gauges, fed by the planes running in it
+  (fires committed by lane and state, decision and delivery lateness histograms, attempt results,
+  ε and shedding of its timing loop).
+* :class:`StoreCollector` — cluster-wide facts read from the store *at scrape time*, so they are true
+  whichever process serves them and whichever processes are down:
+
+  - ``fireledger_oldest_undispatched_due_age_seconds{partition}`` — the paging signal (seed ADR-13):
+    per partition, how long the oldest instant that should have been decided or dispatched by now
+    has been waiting (a due-index row not yet decided, or a fire not yet attempted). A partition
+    with nothing waiting has no series; ``…_max_seconds`` is the maximum over partitions (0 when
+    nothing waits), for dashboards. A stalled timing plane shows here while every process is healthy.
+  - ``fireledger_lane_depth{lane,state}`` — live fires per lane.
+  - ``fireledger_leases_held{owner}`` and ``fireledger_partitions_unleased`` — from the ``leases``
+    table (read only); ``fireledger_node_eps_seconds{node,role,source}`` and
+    ``fireledger_node_heartbeat_age_seconds{node,role}``, ``fireledger_node_shedding{node,role}`` —
+    from ``nodes`` (running nodes only).
+  - ``fireledger_store_up`` — 0 when the store could not be read (the scrape still answers).
+
+No label ever carries a payload, a fire key or a tenant's data: labels are lanes, states, partitions
+and node ids only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+log = logging.getLogger("fireledger.observe")
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+DUE_AGE = "fireledger_oldest_undispatched_due_age_seconds"
 
 
 class Metrics:
+    """This process's own metrics (one registry per process)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -33,22 +58,113 @@ class Metrics:
         self.delivery_lateness = Histogram("fireledger_delivery_lateness_seconds",
                                            "Attempt end minus scheduled instant, per delivered fire",
                                            buckets=LATENESS_BUCKETS, registry=r)
+        # The timing plane across nodes (fireledger.timing.leases / .shadow).
+        self.partitions_owned = Gauge("fireledger_timing_partitions_owned",
+                                      "Partitions this timing node may claim now", ["node"], registry=r)
+        self.lease_takeover = Histogram("fireledger_lease_takeover_seconds",
+                                        "Handover gap of each lease taken: from its release (cause released) "
+                                        "or its previous owner's last renewal (expired, session-lost)",
+                                        ["cause"], buckets=LATENESS_BUCKETS, registry=r)
+        self.correlated_excursion = Gauge("fireledger_timing_correlated_excursion",
+                                          "1 while most live timing nodes shed at once (a correlated clock "
+                                          "excursion)", registry=r)
+        self.shadow_divergence = Gauge("fireledger_shadow_divergence",
+                                       "Due-index rows the shadow rebuilder found divergent in the latest "
+                                       "report of every partition, by kind", ["kind"], registry=r)
+        self.shadow_checked = Counter("fireledger_shadow_partitions_checked_total",
+                                      "Partitions checked by this node's shadow rebuilder", registry=r)
 
-    def add_due_age(self, compute: Callable[[], float | None]) -> None:
-        """Register the paging signal, computed at scrape time by ``compute`` (seconds or None)."""
+    def render(self, *extra: CollectorRegistry) -> bytes:
+        """The text exposition of this process's metrics followed by each ``extra`` registry."""
+        return b"".join(generate_latest(reg) for reg in (self.registry, *extra))
 
-        class _DueAge:
-            def collect(self):  # type: ignore[no-untyped-def]
-                g = GaugeMetricFamily("fireledger_oldest_undispatched_due_age_seconds",
-                                      "Age of the oldest due instant not yet decided or delivered")
-                age = compute()
-                g.add_metric([], 0.0 if age is None else max(0.0, age))
-                yield g
 
-        self.registry.register(_DueAge())
+class StoreCollector:
+    """Cluster-wide metrics computed from the store at each scrape (see the module docstring).
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    ``store`` is a :class:`~fireledger.store.SqlStore`; ``clock`` a :class:`~fireledger.clock.Clock`
+    (ages are measured from its *earliest* bound, so they are never overstated).
+    """
+
+    def __init__(self, store: Any, clock: Any) -> None:
+        self.store = store
+        self.clock = clock
+
+    def registry(self) -> CollectorRegistry:
+        reg = CollectorRegistry()
+        reg.register(self)
+        return reg
+
+    def describe(self) -> list[Metric]:
+        return []   # computed at scrape time; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        now_us = self.clock.now().earliest_us
+        up = GaugeMetricFamily("fireledger_store_up", "1 when the store answered this scrape")
+        try:
+            waiting = self.store.due_waiting_by_partition(now_us)
+            depths = self.store.lane_depths()
+            leases = self.store.lease_rows()
+            nodes = self.store.node_rows()
+        except Exception as exc:   # the scrape must answer even when the store does not
+            log.warning("metrics: the store could not be read: %s", type(exc).__name__)
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
+
+        age = GaugeMetricFamily(DUE_AGE, "Age of the oldest due instant not yet decided or dispatched, "
+                                         "per partition (absent: nothing waiting)", labels=["partition"])
+        ages = {p: max(0.0, (now_us - oldest) / 1e6) for p, oldest in waiting.items()}
+        for p in sorted(ages):
+            age.add_metric([str(p)], ages[p])
+        yield age
+        yield GaugeMetricFamily(DUE_AGE.replace("_seconds", "_max_seconds"),
+                                "Maximum of the due age over partitions (0 when nothing waits)",
+                                value=max(ages.values(), default=0.0))
+
+        depth = GaugeMetricFamily("fireledger_lane_depth", "Live fires (pending or dispatching) per lane",
+                                  labels=["lane", "state"])
+        for lane in ("on-time", "catch-up", "backfill"):
+            for state in ("pending", "dispatching"):
+                depth.add_metric([lane, state], float(depths.get((lane, state), 0)))
+        for (lane, state), n in sorted(depths.items()):
+            if lane not in ("on-time", "catch-up", "backfill"):
+                depth.add_metric([lane, state], float(n))
+        yield depth
+
+        held: dict[str, int] = {}
+        unleased = 0
+        for row in leases:
+            if row.owner and row.expires_us > now_us:
+                held[row.owner] = held.get(row.owner, 0) + 1
+            else:
+                unleased += 1
+        lh = GaugeMetricFamily("fireledger_leases_held", "Partition leases held (unexpired) per owner",
+                               labels=["owner"])
+        for owner in sorted(held):
+            lh.add_metric([owner], float(held[owner]))
+        yield lh
+        yield GaugeMetricFamily("fireledger_partitions_unleased",
+                                "Partitions in the leases table with no live owner", value=float(unleased))
+
+        eps = GaugeMetricFamily("fireledger_node_eps_seconds", "Last reported clock uncertainty ε per node",
+                                labels=["node", "role", "source"])
+        beat = GaugeMetricFamily("fireledger_node_heartbeat_age_seconds", "Time since each node's heartbeat",
+                                 labels=["node", "role"])
+        shed = GaugeMetricFamily("fireledger_node_shedding", "1 while a node claims nothing (ε over the ceiling)",
+                                 labels=["node", "role"])
+        for n in nodes:
+            if n.eps_us is not None:
+                eps.add_metric([n.id, n.role, n.eps_source or "unknown"], n.eps_us / 1e6)
+            beat.add_metric([n.id, n.role], max(0.0, (now_us - n.heartbeat_us) / 1e6))
+            shed.add_metric([n.id, n.role], 1.0 if n.shedding else 0.0)
+        yield eps
+        yield beat
+        yield shed
 
 
 METRICS = Metrics()
+
+__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "Metrics", "StoreCollector"]

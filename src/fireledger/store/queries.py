@@ -82,8 +82,10 @@ QUERIES: dict[str, str] = {
         "AND state <> 'deleted'"
     ),
     "update_trigger_state": (
-        "UPDATE triggers SET state = :state, updated_us = :now_us WHERE tenant_id = :tenant_id "
-        "AND id = :id AND state = :expected_state"
+        "UPDATE triggers SET state = :state, updated_us = :now_us, "
+        # The resume point: the due index restarts here (the shadow rebuilder and rebuild read it).
+        "resumed_us = CASE WHEN :state = 'active' THEN :now_us ELSE resumed_us END "
+        "WHERE tenant_id = :tenant_id AND id = :id AND state = :expected_state"
     ),
     "upsert_due": (
         "INSERT INTO due (trigger_id, tenant_id, partition, next_us, version) "

@@ -31,7 +31,11 @@ from fireledger.domain.model import (
     TriggerVersion,
 )
 
+from .dispatching import DispatchingMixin
 from .engine import Engine, SchemaError, SqliteEngine, StoreError, engine_for_url, migration_files
+from .history import HistoryMixin
+from .leases import LeasesMixin
+from .trust import TrustMixin
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,7 @@ def _version(row: Sequence[Any]) -> TriggerVersion:
     )
 
 
-class SqlStore:
+class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
     """The state of record. Thread-safe: each thread uses its own connection."""
 
     def __init__(self, engine: Engine) -> None:
@@ -116,15 +120,17 @@ class SqlStore:
 
     # --- schema ---------------------------------------------------------------------------------
 
-    def schema_version(self) -> int:
+    def applied_migrations(self) -> set[int]:
+        """Versions recorded in ``schema_migrations`` (empty for a fresh database)."""
         with self.engine.read() as c:
             try:
-                row = c.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+                rows = c.execute("SELECT version FROM schema_migrations").fetchall()
             except Exception:
-                if self.engine.name == "postgres":
-                    pass
-                return 0
-        return int(row[0] or 0)
+                return set()
+        return {int(r[0]) for r in rows}
+
+    def schema_version(self) -> int:
+        return max(self.applied_migrations(), default=0)
 
     def migrate(self, now_us: int = 0) -> list[int]:
         """Apply every missing migration, each in its own transaction; returns those applied."""
@@ -133,9 +139,9 @@ class SqlStore:
             c.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_us BIGINT)"
             )
-        current = self.schema_version()
+        done = self.applied_migrations()
         for version, sql in migration_files(self.engine.name):
-            if version <= current:
+            if version in done:
                 continue
             with self.engine.write() as c:
                 if self.engine.name == "sqlite":
@@ -152,8 +158,12 @@ class SqlStore:
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the database is at this program's schema version."""
-        want = migration_files(self.engine.name)[-1][0]
+        files = [v for v, _ in migration_files(self.engine.name)]
+        want = files[-1]
         have = self.schema_version()
+        missing = sorted(set(files) - self.applied_migrations())
+        if missing and have <= want:
+            have = missing[0] - 1
         if have < want:
             raise SchemaError(
                 f"the database schema is at version {have}, this program needs {want}: "
@@ -494,9 +504,22 @@ def _with_attempts(f: Fire, attempts: list[Attempt]) -> Fire:
 
 
 def _split(sql: str) -> list[str]:
-    """Split a migration into statements (our migrations have no ';' inside literals)."""
+    """Split a migration into statements (no ';' inside literals; a ``CREATE TRIGGER … BEGIN …; END``
+    body stays one statement: pieces are joined until SQLite says the statement is complete)."""
+    import sqlite3
+
     lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    buf = ""
+    for piece in "\n".join(lines).split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n\t;"):
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip(" \n\t;"):
+        out.append(buf.strip())
+    return out
 
 
 __all__ = ["InvariantViolation", "SchemaError", "Settlement", "SqlStore", "StoreError"]

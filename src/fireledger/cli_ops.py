@@ -1,0 +1,380 @@
+"""Operator commands: evidence from the store, as Rich tables (they talk to the store directly).
+
+    fireledger triggers --db URL [--tenant ID]        every trigger: state, next instant, recent health
+    fireledger fires TRIGGER_ID --db URL [filters]    one trigger's fires, newest first
+    fireledger why FIRE_KEY --db URL                  the story of one fire
+    fireledger status --db URL                        nodes, leases, ε, due age per partition, lanes
+    fireledger history export --db URL --before T --out FILE.jsonl.gz
+    fireledger history purge  --db URL [--before T] --out FILE.jsonl.gz
+
+Retention: history is queryable for ``FIRELEDGER_HISTORY_RETENTION_DAYS`` (default 90) days; after
+that ``history purge`` writes each batch of terminal fires to a gzip-compressed JSON-lines archive
+(flushed to disk first) and only then deletes that batch, in small transactions on its own
+connection, so the fire path is never blocked for long. Live fires are never purged. Exported lines
+are the history API's items (plus ``tenant_id`` and ``work_outcome``): never a payload.
+
+Bad input prints one line ``fireledger: <command>: <field>: <problem>`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fireledger.domain.keys import FireKey, from_us, to_us
+from fireledger.recurrence import RecurrenceError, format_instant, parse_instant
+
+DEFAULT_RETENTION_DAYS = 90
+DAY_US = 86_400 * 1_000_000
+_STATE_STYLE = {"delivered": "green", "pending": "blue", "dispatching": "blue", "failed": "red",
+                "unknown": "yellow", "expired": "bright_black", "skipped": "magenta"}
+
+
+_DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
+Db = Annotated[str, typer.Option("--db", help=_DB_HELP, envvar="FIRELEDGER_DB")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Before = Annotated[str | None, typer.Option(
+    "--before", help="RFC 3339: fires scheduled before it (default: now minus the retention, "
+                     "FIRELEDGER_HISTORY_RETENTION_DAYS, 90 days).")]
+Out = Annotated[Path, typer.Option("--out", help="Archive file to write (gzip-compressed JSON lines).")]
+Batch = Annotated[int, typer.Option("--batch", help="Fires per transaction (1-5000).")]
+
+
+def retention_days() -> int:
+    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90."""
+    raw = os.environ.get("FIRELEDGER_HISTORY_RETENTION_DAYS", str(DEFAULT_RETENTION_DAYS))
+    if not raw.isdigit() or not 1 <= int(raw) <= 3650:
+        raise ValueError(f"FIRELEDGER_HISTORY_RETENTION_DAYS: must be a whole number of days 1-3650, got {raw!r}")
+    return int(raw)
+
+
+def _now_us() -> int:
+    from fireledger.clock import SystemClock
+
+    return SystemClock().now().latest_us
+
+
+def _when(us: int | None) -> str:
+    if us is None:
+        return "—"
+    try:
+        return format_instant(from_us(us))
+    except (OverflowError, ValueError):
+        return f"{us} µs (out of range)"
+
+
+def _secs(us: int | None) -> str:
+    if us is None:
+        return "—"
+    s = us / 1e6
+    return f"{s * 1000:.0f} ms" if abs(s) < 1 else f"{s:.2f} s"
+
+
+def _state(s: str) -> str:
+    style = _STATE_STYLE.get(s)
+    return f"[{style}]{s}[/{style}]" if style else s
+
+
+def register(app: typer.Typer) -> None:
+    """Add the operator commands to the ``fireledger`` app."""
+    from fireledger.cli import DEFAULT_DB, fail
+
+    def open_store(db: str) -> Any:
+        from fireledger.control.operator import OperatorError
+        from fireledger.control.operator import open_store as _open
+
+        if db.startswith("sqlite:"):
+            from fireledger.store.engine import engine_for_url
+
+            try:
+                path = engine_for_url(db).path  # type: ignore[attr-defined]
+            except Exception as exc:
+                fail(str(exc))
+            if not Path(path).exists():
+                fail(f"--db: no database at {path} (start the service once, or check the path)")
+        try:
+            return _open(db)
+        except OperatorError as exc:
+            fail(str(exc))
+
+    def instant(text: str, flag: str) -> int:
+        try:
+            return to_us(parse_instant(text, flag))
+        except RecurrenceError:
+            fail(f"{flag}: must be an RFC 3339 instant with an offset, e.g. 2026-03-29T01:30:00Z")
+
+    def console() -> Any:
+        from rich.console import Console
+
+        return Console()
+
+
+    @app.command("triggers")
+    def triggers_cmd(
+        db: Db = DEFAULT_DB,
+        tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's triggers.")] = None,
+        as_json: AsJson = False,
+    ) -> None:
+        """List triggers of every tenant (or one): state, next instant and the health of recent fires."""
+        from rich.table import Table
+
+        store = open_store(db)
+        try:
+            rows = []
+            after = ""
+            while True:
+                page = store.ops_triggers(tenant, after=after, limit=1000)
+                for t in page:
+                    recent = store.recent_states(t.tenant_id, t.id, 10)
+                    rows.append({"id": t.id, "tenant_id": t.tenant_id, "name": t.name, "state": t.state.value,
+                                 "partition": t.partition, "next_instant": None if t.next_us is None
+                                 else _when(t.next_us), "recent": recent})
+                if len(page) < 1000:
+                    break
+                after = page[-1].id
+        finally:
+            store.close()
+        if as_json:
+            typer.echo(json.dumps(rows))
+            return
+        table = Table(title=f"{len(rows)} triggers" + (f" of tenant {tenant}" if tenant else ""))
+        for col in ("trigger", "tenant", "name", "state", "partition", "next instant", "last 10 fires"):
+            table.add_column(col, overflow="fold", no_wrap=col not in ("name", "last 10 fires"))
+        for r in rows:
+            ok = sum(1 for s in r["recent"] if s == "delivered")
+            health = f"{ok}/{len(r['recent'])} delivered" if r["recent"] else "no fires yet"
+            bad = sorted({s for s in r["recent"] if s in ("failed", "unknown", "expired")})
+            if bad:
+                health += " · " + ", ".join(_state(s) for s in bad)
+            table.add_row(r["id"], r["tenant_id"], r["name"], _state(r["state"]), str(r["partition"]),
+                          r["next_instant"] or "—", health)
+        console().print(table)
+
+    @app.command("fires")
+    def fires_cmd(
+        trigger_id: Annotated[str, typer.Argument(help="Trigger id (tr_…).")],
+        db: Db = DEFAULT_DB,
+        from_: Annotated[str | None, typer.Option("--from", help="RFC 3339; scheduled ≥ from.")] = None,
+        to: Annotated[str | None, typer.Option("--to", help="RFC 3339; scheduled < to.")] = None,
+        state: Annotated[str | None, typer.Option("--state", help="A state or comma-separated states.")] = None,
+        limit: Annotated[int, typer.Option("--limit", help="How many, newest first (1-10000).")] = 50,
+        as_json: AsJson = False,
+    ) -> None:
+        """Show a trigger's fires, newest first: scheduled, decided, dispatched, lateness, state, cause."""
+        from rich.table import Table
+
+        from fireledger.control.history import history_item
+        from fireledger.store.history import ALL_STATES
+
+        if not 1 <= limit <= 10_000:
+            fail(f"--limit: {limit} is out of range 1-10000")
+        lo = instant(from_, "--from") if from_ else None
+        hi = instant(to, "--to") if to else None
+        if lo is not None and hi is not None and hi <= lo:
+            fail("--to: must be later than --from")
+        states = None
+        if state is not None:
+            states = [s.strip() for s in state.split(",")]
+            if any(s not in ALL_STATES for s in states):
+                fail(f"--state: must be one or more of {', '.join(ALL_STATES)}")
+        store = open_store(db)
+        try:
+            t = store.trigger_by_id(trigger_id)
+            if t is None:
+                fail(f"TRIGGER_ID: no trigger {trigger_id!r}")
+            fires = store.history_fires(t.tenant_id, trigger_id=t.id, from_us=lo, to_us=hi, states=states,
+                                        limit=limit, descending=True)
+        finally:
+            store.close()
+        if as_json:
+            typer.echo(json.dumps([history_item(f) for f in fires]))
+            return
+        table = Table(title=f"{len(fires)} fires of {t.name} ({t.id}), newest first")
+        for col in ("scheduled", "state", "decided (by)", "dispatched", "lateness", "attempts", "cause"):
+            table.add_column(col, overflow="fold", no_wrap=col in ("scheduled", "state", "lateness"))
+        for f in fires:
+            last = f.attempt_list[-1] if f.attempt_list else None
+            att = "0" if last is None else f"{len(f.attempt_list)} · {last.result or 'running'}" + (
+                f" ({last.http_status})" if last.http_status else "")
+            table.add_row(_when(f.scheduled_us), _state(f.state), f"{_when(f.decided_us)}\n{f.decided_by}",
+                          _when(f.dispatched_us),
+                          _secs(None if f.dispatched_us is None else f.dispatched_us - f.scheduled_us), att,
+                          f.cause or "")
+        console().print(table)
+
+    @app.command("why")
+    def why_cmd(
+        fire_key: Annotated[str, typer.Argument(help="Fire key: tenant.trigger.YYYYMMDDTHHMMSSZ.seq")],
+        db: Db = DEFAULT_DB,
+        as_json: AsJson = False,
+    ) -> None:
+        """The story of one fire: when it was due, who decided it, every attempt, why late/skipped/expired."""
+        from rich.table import Table
+
+        from fireledger.control.history import fire_story, history_item
+
+        try:
+            key = FireKey.parse(fire_key)
+        except ValueError:
+            fail("FIRE_KEY: is not a fire key (tenant.trigger.YYYYMMDDTHHMMSSZ.seq)")
+        store = open_store(db)
+        try:
+            fire = store.get_fire(key)
+            if fire is None:
+                fail(f"FIRE_KEY: no fire {fire_key} in this store (purged, or never decided)")
+            trigger = store.trigger_by_id(fire.trigger_id)
+            version = store.get_version(fire.trigger_id, fire.version)
+            story = fire_story(fire, trigger, version, now_us=_now_us())
+        finally:
+            store.close()
+        if as_json:
+            typer.echo(json.dumps({"fire": history_item(fire), "story": [{"at": w, "text": t} for w, t in story]}))
+            return
+        table = Table(title=f"why: {fire_key} — {fire.state}", show_lines=False)
+        table.add_column("when (UTC)", no_wrap=True)
+        table.add_column("what happened", overflow="fold")
+        for when, text in story:
+            table.add_row(when or "", text)
+        console().print(table)
+
+    @app.command("status")
+    def status_cmd(
+        db: Db = DEFAULT_DB,
+        as_json: AsJson = False,
+    ) -> None:
+        """Cluster status: nodes with ε and heartbeat, partition leases, due age per partition, lanes."""
+        from rich.table import Table
+
+        store = open_store(db)
+        try:
+            now = _now_us()
+            nodes = store.node_rows()
+            leases = store.lease_rows()
+            waiting = store.due_waiting_by_partition(now)
+            depths = store.lane_depths()
+        finally:
+            store.close()
+        ages = {p: (now - oldest) / 1e6 for p, oldest in waiting.items()}
+        out = {
+            "now": _when(now),
+            "nodes": [{"id": n.id, "role": n.role, "eps_s": None if n.eps_us is None else n.eps_us / 1e6,
+                       "eps_source": n.eps_source, "heartbeat_age_s": (now - n.heartbeat_us) / 1e6}
+                      for n in nodes],
+            "leases": [{"partition": r.partition, "owner": r.owner, "epoch": r.epoch,
+                        "live": bool(r.owner) and r.expires_us > now, "expires": _when(r.expires_us)}
+                       for r in leases],
+            "due_age_s": {str(p): a for p, a in sorted(ages.items())},
+            "due_age_max_s": max(ages.values(), default=0.0),
+            "lanes": [{"lane": lane, "state": s, "fires": n} for (lane, s), n in sorted(depths.items())],
+        }
+        if as_json:
+            typer.echo(json.dumps(out))
+            return
+        c = console()
+        worst = out["due_age_max_s"]
+        colour = "red" if worst > 60 else ("yellow" if worst > 5 else "green")
+        c.print(f"[bold]oldest undispatched due age:[/bold] [{colour}]{worst:.1f} s[/{colour}] "
+                f"(pages above 60 s) · {len(ages)} partition(s) waiting · as of {out['now']}")
+        t = Table(title="nodes")
+        for col in ("node", "role", "ε", "ε source", "heartbeat age"):
+            t.add_column(col)
+        for n in out["nodes"]:
+            t.add_row(n["id"], n["role"], "—" if n["eps_s"] is None else f"{n['eps_s'] * 1000:.1f} ms",
+                      n["eps_source"] or "—", f"{n['heartbeat_age_s']:.1f} s")
+        c.print(t if nodes else "nodes: none registered")
+        held: dict[str, int] = {}
+        for r in out["leases"]:
+            if r["live"]:
+                held[r["owner"]] = held.get(r["owner"], 0) + 1
+        t = Table(title=f"leases: {sum(held.values())} of {len(leases)} partitions held")
+        t.add_column("owner")
+        t.add_column("partitions held", justify="right")
+        for owner, n in sorted(held.items()):
+            t.add_row(owner, str(n))
+        c.print(t if leases else "leases: none recorded")
+        t = Table(title="due age per partition (oldest first, top 20)")
+        t.add_column("partition", justify="right")
+        t.add_column("age", justify="right")
+        for p, a in sorted(ages.items(), key=lambda kv: -kv[1])[:20]:
+            t.add_row(str(p), f"{a:.1f} s")
+        c.print(t if ages else "due age: nothing is waiting")
+        t = Table(title="lanes (live fires)")
+        for col in ("lane", "state", "fires"):
+            t.add_column(col)
+        for row in out["lanes"]:
+            t.add_row(row["lane"], row["state"], str(row["fires"]))
+        c.print(t if depths else "lanes: empty")
+
+    history_app = typer.Typer(help="History retention: export and purge fires past the retention window.",
+                              no_args_is_help=True, rich_markup_mode=None)
+    app.add_typer(history_app, name="history")
+
+    def cutoff(before: str | None) -> int:
+        if before is not None:
+            return instant(before, "--before")
+        try:
+            return _now_us() - retention_days() * DAY_US
+        except ValueError as exc:
+            fail(str(exc))
+
+
+    @history_app.command("export")
+    def export_cmd(db: Db = DEFAULT_DB, before: Before = None, out: Out = Path("fireledger-history.jsonl.gz"),
+                   batch: Batch = 500) -> None:
+        """Write terminal fires scheduled before --before to a compressed JSON-lines archive (deletes nothing)."""
+        cut = cutoff(before)
+        n = _retention(open_store(db), cut, out, batch, purge=False, fail=fail)
+        typer.echo(f"exported {n} fires scheduled before {_when(cut)} to {out}")
+
+    @history_app.command("purge")
+    def purge_cmd(db: Db = DEFAULT_DB, before: Before = None, out: Out = Path("fireledger-history.jsonl.gz"),
+                  batch: Batch = 500) -> None:
+        """Export, then delete, terminal fires scheduled before --before, batch by batch (live fires stay)."""
+        cut = cutoff(before)
+        n = _retention(open_store(db), cut, out, batch, purge=True, fail=fail)
+        typer.echo(f"purged {n} fires scheduled before {_when(cut)} (archived in {out})")
+
+
+def _retention(store: Any, before_us: int, out: Path, batch: int, *, purge: bool,
+               fail: Callable[[str], Any]) -> int:
+    """Walk every tenant's terminal fires scheduled before ``before_us`` in batches of ``batch``;
+    append each batch to ``out`` (gzip JSON lines, flushed and fsynced) and, when ``purge``, delete
+    exactly that batch afterwards. Returns the number of fires exported (and purged)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+
+    if not 1 <= batch <= 5000:
+        store.close()
+        fail(f"--batch: {batch} is out of range 1-5000")
+    if out.exists():
+        store.close()
+        fail(f"--out: {out} exists; choose a new file (an archive is never overwritten)")
+    if not out.parent.exists():
+        store.close()
+        fail(f"--out: the folder {out.parent} does not exist")
+    from fireledger.retention import archive_and_purge
+
+    try:
+        verb = "purging" if purge else "exporting"
+        with Progress(TextColumn(f"{verb} history before {format_instant(from_us(before_us))}"), BarColumn(),
+                      MofNCompleteColumn(), TimeRemainingColumn(), transient=False) as progress:
+            task = progress.add_task(verb, total=None)
+
+            def shown(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            done, live_left = archive_and_purge(store, before_us, out, batch, purge=purge, on_progress=shown)
+    finally:
+        store.close()
+    if live_left:
+        typer.echo(f"note: {live_left} live (pending/dispatching) fires before the cutoff were left in place",
+                   err=True)
+    return done
+
+
+__all__ = ["DEFAULT_RETENTION_DAYS", "register", "retention_days"]

@@ -1,0 +1,167 @@
+"""Work outcomes: ``POST /v1/fires/{key}/outcome`` (a signed callback) and ``GET`` to read it.
+
+A target reports what became of the work a fire started — ``succeeded`` or ``failed`` — by POSTing
+``{"outcome": "succeeded"}`` to ``/v1/fires/{key}/outcome``, signed per Standard Webhooks v1 with the
+secret of the target the fire was dispatched to (``webhook-id``, ``webhook-timestamp``,
+``webhook-signature``; ``fireledger.dispatch.signing.sign`` or any Standard Webhooks library). The
+signature *is* the authentication: no bearer token is needed (the guard middleware lets exactly this
+route through), and it proves the sender holds that target's secret, so one tenant can never report
+on another's fires.
+
+Replay window: the ``webhook-timestamp`` must be within :data:`REPLAY_WINDOW_S` of the server's clock
+(a stale callback is refused 401), and a ``webhook-id`` is accepted once per target within the window
+(a replayed one is refused 409). The first reported outcome is final: repeating it is a harmless 200,
+a different one is 409. No outcome row means ``unknown`` (seed ADR-12); the timing plane's overlap
+check reads these rows.
+
+``GET /v1/fires/{key}/outcome`` (role ``reader``, bearer token) answers ``succeeded``, ``failed``
+or ``unknown``.
+
+Answers: 201 recorded · 200 already recorded (same outcome) · 401 signature missing, wrong or
+stale · 404 no such fire · 409 replayed ``webhook-id``, a different outcome already recorded, or a
+fire never dispatched · 413 body over 64 KiB · 422 body not ``{"outcome": "succeeded"|"failed"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fireledger.dispatch.signing import SignatureError, verify
+from fireledger.domain.keys import FireKey
+from fireledger.domain.model import Principal
+from fireledger.store.dispatching import OutcomeRejected
+
+from .auth import require
+from .context import ApiContext, get_ctx
+from .problems import ProblemError, conflict, invalid, not_found
+from .schemas import Problem
+from .views import instant
+
+router = APIRouter(prefix="/v1/fires", tags=["history"],
+                   responses={404: {"model": Problem}, 422: {"model": Problem}})
+
+#: How far a callback's ``webhook-timestamp`` may be from the server's clock, both ways; also how
+#: long a ``webhook-id`` is remembered.
+REPLAY_WINDOW_S = 300
+#: Largest callback body read.
+MAX_CALLBACK_BYTES = 64 * 1024
+#: The one route that authenticates by signature instead of a bearer token (for the guard).
+SIGNED_CALLBACK = re.compile(r"^/v1/fires/[^/]+/outcome$")
+
+
+def is_signed_callback(method: str, path: str) -> bool:
+    """Whether a request is an outcome callback (authenticated here by its signature)."""
+    return method == "POST" and SIGNED_CALLBACK.fullmatch(path) is not None
+
+
+class OutcomeReport(BaseModel):
+    """The callback body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["succeeded", "failed"] = Field(description="What became of the work this fire started.")
+
+
+class OutcomeView(BaseModel):
+    key: str
+    outcome: Literal["succeeded", "failed", "unknown"] = Field(
+        description="'unknown': no outcome reported (yet).")
+    reported_at: str | None
+
+
+async def raw_body(request: Request) -> bytes:
+    """The exact request bytes (the signature covers them), at most :data:`MAX_CALLBACK_BYTES`."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_CALLBACK_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_CALLBACK_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large() -> ProblemError:
+    return ProblemError(413, f"the callback body is larger than {MAX_CALLBACK_BYTES} bytes", slug="body-too-large")
+
+
+def _key(text: str) -> FireKey:
+    try:
+        return FireKey.parse(text)
+    except ValueError:
+        raise not_found("fire") from None
+
+
+def _report(body: bytes) -> OutcomeReport:
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise invalid([("body", "is not valid JSON")], status=400) from None
+    if not isinstance(doc, dict):
+        raise invalid([("body", 'must be a JSON object: {"outcome": "succeeded" | "failed"}')])
+    try:
+        return OutcomeReport.model_validate(doc)
+    except ValidationError as exc:
+        from .app import validation_problem
+
+        raise validation_problem([{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]) from None
+
+
+@router.post("/{key}/outcome", status_code=201, response_model=OutcomeView,
+             responses={200: {"model": OutcomeView}, 401: {"model": Problem}, 409: {"model": Problem},
+                        413: {"model": Problem}},
+             summary="Report a fire's work outcome (signed with the target's secret; no bearer token)")
+def report_outcome(key: str, request: Request, response: Response, body: bytes = Depends(raw_body),
+                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
+    fk = _key(key)
+    found = ctx.store.outcome_context(fk)
+    if found is None:
+        raise not_found("fire")
+    fire, target = found
+    now_us = ctx.clock.now().latest_us
+    try:
+        verify(target.secret, request.headers, body, now=now_us / 1e6, tolerance_s=REPLAY_WINDOW_S)
+    except SignatureError as exc:
+        raise ProblemError(401, f"the callback signature does not verify: {exc.reason} (sign it with the "
+                                "secret of the fire's target; timestamps must be within "
+                                f"{REPLAY_WINDOW_S}s)", slug="unauthorized", title="Unauthorized") from None
+    report = _report(body)
+    if fire.dispatched_us is None:
+        raise conflict(f"the fire is {fire.state} and was never dispatched: no work can have run")
+    msg_id = request.headers.get("webhook-id", "")
+    try:
+        fresh = ctx.store.record_outcome(fk, report.outcome, now_us, target_id=target.id, msg_id=msg_id[:200],
+                                         replay_window_us=REPLAY_WINDOW_S * 1_000_000)
+    except OutcomeRejected as exc:
+        if exc.reason == "replayed":
+            raise conflict("this webhook-id was already accepted: a replayed callback is refused") from None
+        raise conflict(f"the outcome {exc.recorded!r} is already recorded for this fire; it is final") from None
+    if not fresh:
+        response.status_code = 200
+    recorded = ctx.store.get_outcome(fk)
+    assert recorded is not None
+    return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}
+
+
+@router.get("/{key}/outcome", response_model=OutcomeView, responses={401: {"model": Problem}},
+            summary="A fire's work outcome: succeeded, failed, or unknown (none reported)")
+def get_outcome(key: str, principal: Principal = Depends(require("reader")),
+                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
+    fk = _key(key)
+    if fk.tenant_id != principal.tenant_id or ctx.store.get_fire(fk) is None:
+        raise not_found("fire")
+    recorded = ctx.store.get_outcome(fk)
+    if recorded is None:
+        return {"key": str(fk), "outcome": "unknown", "reported_at": None}
+    return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}
+
+
+__all__ = ["MAX_CALLBACK_BYTES", "REPLAY_WINDOW_S", "SIGNED_CALLBACK", "is_signed_callback", "router"]

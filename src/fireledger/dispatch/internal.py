@@ -1,0 +1,189 @@
+"""``internal`` targets: a Python callable registered by name in the process that dispatches.
+
+An operator embeds fireledger and registers callables before the dispatch plane starts::
+
+    from fireledger.dispatch.internal import register
+
+    @register("billing.close_day")                 # any tenant's internal target may name it
+    def close_day(call):                            # call: InternalCall
+        ...                                         # return normally → delivered
+
+    register("reports.build", build, tenants={"tn_0123…"})   # only these tenants
+
+or lists modules that register at import in ``FIRELEDGER_INTERNAL_MODULES`` (comma-separated), which
+``fireledger serve`` / ``fireledger dispatch`` import at start.
+
+A target ``{"kind": "internal", "name": "billing.close_day"}`` is stored with the URL
+``internal:billing.close_day``. Outcomes of one call (the same classes as an HTTP attempt):
+
+=====================================  ===========================================================
+returns (sync or async)                ``delivered``
+raises :class:`InternalFailure`        ``failed`` (final; the cause names the exception class only)
+raises anything else                   ``retry`` (bounded backoff, same fire key)
+no return within the trigger timeout   ``unknown`` (the call may still complete; a thread cannot
+                                       be cancelled, a coroutine is cancelled)
+name not registered here / tenant      ``retry`` / ``failed``: a process without the registration
+not allowed                            may be restarted with it; a refused tenant is final
+=====================================  ===========================================================
+
+Exception messages are never recorded (they may carry payload data): only the class name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .http import HttpResult
+
+__all__ = [
+    "PREFIX",
+    "REGISTRY",
+    "InternalCall",
+    "InternalFailure",
+    "InternalRegistry",
+    "load_modules",
+    "name_problem",
+    "register",
+]
+
+PREFIX = "internal:"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+
+
+class InternalFailure(Exception):
+    """Raise from an internal callable to end the fire ``failed`` (no retry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InternalCall:
+    """What an internal callable receives: the same fields as an HTTP dispatch body."""
+
+    fire_key: str
+    trigger_id: str
+    scheduled_instant: datetime
+    attempt: int
+    lane: str
+    kind: str
+    version: int
+    payload: Any
+
+
+Handler = Callable[[InternalCall], Any]
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name an internal callable, or None."""
+    if not _NAME.fullmatch(name):
+        return ("must start with a letter or '_' and contain only letters, digits and . _ : - "
+                "(at most 200 characters)")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    fn: Handler
+    tenants: frozenset[str] | None
+
+
+class InternalRegistry:
+    """Name → callable (thread-safe). See the module docstring."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def register(self, name: str, fn: Handler | None = None, *,
+                 tenants: Iterable[str] | None = None) -> Any:
+        """Register ``fn`` under ``name`` (also usable as a decorator). ``tenants`` limits which
+        tenants' targets may call it (None: any). Registering a name again replaces it."""
+        problem = name_problem(name)
+        if problem:
+            raise ValueError(f"internal callable name {name!r} {problem}")
+        allowed = None if tenants is None else frozenset(tenants)
+
+        def add(f: Handler) -> Handler:
+            if not callable(f):
+                raise TypeError("an internal target must be callable")
+            with self._lock:
+                self._entries[name] = _Entry(f, allowed)
+            return f
+
+        return add if fn is None else add(fn)
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._entries.pop(name, None)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._entries)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="internal-target")
+            return self._pool
+
+    async def call(self, name: str, tenant_id: str, call: InternalCall, timeout_s: float) -> HttpResult:
+        """Run one attempt of an internal target and classify it (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with self._lock:
+            entry = self._entries.get(name)
+        if entry is None:
+            return HttpResult("retry", None, f"no internal callable {name!r} is registered in this process", 0.0)
+        if entry.tenants is not None and tenant_id not in entry.tenants:
+            return HttpResult("failed", None, f"internal callable {name!r} is not open to this tenant", 0.0)
+        try:
+            async with asyncio.timeout(timeout_s):
+                if inspect.iscoroutinefunction(entry.fn):
+                    await entry.fn(call)
+                else:
+                    result = await loop.run_in_executor(self._executor(), entry.fn, call)
+                    if inspect.isawaitable(result):
+                        await result
+        except TimeoutError:
+            return HttpResult("unknown", None, f"no return within {timeout_s:g}s", loop.time() - start, sent=True)
+        except InternalFailure as exc:
+            return HttpResult("failed", None, f"internal callable raised {type(exc).__name__}",
+                              loop.time() - start, sent=True)
+        except Exception as exc:
+            return HttpResult("retry", None, f"internal callable raised {type(exc).__name__}",
+                              loop.time() - start, sent=True)
+        return HttpResult("delivered", None, None, loop.time() - start, sent=True)
+
+
+#: The process-wide registry used by the dispatch plane.
+REGISTRY = InternalRegistry()
+
+
+def register(name: str, fn: Handler | None = None, *, tenants: Iterable[str] | None = None) -> Any:
+    """Register on the process-wide :data:`REGISTRY` (see :meth:`InternalRegistry.register`)."""
+    return REGISTRY.register(name, fn, tenants=tenants)
+
+
+def load_modules(spec: str | None) -> list[str]:
+    """Import every module named in ``spec`` (comma-separated, e.g. ``FIRELEDGER_INTERNAL_MODULES``)
+    so their ``register`` calls run; returns the names imported. ``ValueError`` names a module that
+    cannot be imported."""
+    done = []
+    for name in (spec or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise ValueError(f"FIRELEDGER_INTERNAL_MODULES: cannot import {name!r} ({type(exc).__name__})") from None
+        done.append(name)
+    return done

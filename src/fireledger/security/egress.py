@@ -1,0 +1,166 @@
+"""Egress guard: where the service may open an outbound connection (DESIGN.md §4, invariant 12).
+
+Every outbound HTTP connection the service makes — a dispatch attempt, a verification challenge —
+goes through :func:`guarded_connector`, an ``aiohttp.TCPConnector`` with two checks:
+
+* a resolver (:class:`GuardedResolver`) that resolves the host **once** and refuses the whole name
+  when *any* of its addresses is refused; the connector then connects only to the addresses this
+  resolution returned (the attempt is pinned to them: no second lookup can rebind the name);
+* a socket factory that checks the address each socket is actually opened to — this also covers
+  IP-literal URLs, which aiohttp does not pass to the resolver.
+
+What is refused (:meth:`EgressPolicy.refusal`):
+
+* always: cloud metadata addresses (``169.254.169.254``, ``fd00:ec2::254``, …), the unspecified
+  address (``0.0.0.0``, ``::``), multicast and broadcast;
+* unless the operator allows private targets (``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``; tests and
+  local demos set it): every address that is not globally routable — loopback, private ranges,
+  link-local, shared address space, documentation and reserved ranges — including IPv4-mapped and
+  6to4 spellings of them.
+
+A refusal raises :class:`EgressRefused`, a ``ValueError``: the HTTP sender classifies it as a final
+``failed`` attempt whose error names the host and the reason (never a payload). Redirects are never
+followed by the callers (``allow_redirects=False``), and no proxy from the environment is used.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: Instance-metadata endpoints of the common clouds: never a target, whatever the operator allows.
+METADATA_ADDRESSES: frozenset[IP] = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",   # AWS, GCP, Azure, OpenStack, DigitalOcean, …
+    "169.254.170.2",     # AWS ECS task metadata
+    "169.254.169.123",   # AWS time sync
+    "100.100.100.200",   # Alibaba Cloud
+    "192.0.0.192",       # Oracle Cloud (legacy)
+    "fd00:ec2::254",     # AWS IPv6 metadata
+))
+
+
+class EgressRefused(ValueError):
+    """An outbound connection the egress policy refuses; the message names host, address and why."""
+
+
+def private_allowed_by_env() -> bool:
+    """``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``: the operator allows loopback and private targets."""
+    return os.environ.get("FIRELEDGER_ALLOW_PRIVATE_TARGETS", "").strip() == "1"
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _embedded(ip: IP) -> IP | None:
+    """The IPv4 address an IPv6 spelling routes to (mapped, 6to4, Teredo, NAT64), if any."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EgressPolicy:
+    """Which addresses outbound connections may reach. ``allow_private`` admits non-global
+    addresses (loopback, private, link-local, …) but never metadata, unspecified or multicast."""
+
+    allow_private: bool = False
+
+    @classmethod
+    def from_env(cls) -> EgressPolicy:
+        return cls(allow_private=private_allowed_by_env())
+
+    def refusal(self, address: str | IP) -> str | None:
+        """Why a connection to ``address`` is refused, or None when it is allowed. A string that is
+        not an IP address is refused (callers pass resolved addresses)."""
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0] if isinstance(address, str) else address)
+        except ValueError:
+            return "is not an IP address"
+        inner = _embedded(ip)
+        if inner is not None:
+            why = self.refusal(inner)
+            if why is not None:
+                return f"embeds {inner}, which {why}"
+        if ip in METADATA_ADDRESSES:
+            return "is a cloud metadata address (always refused)"
+        if ip.is_unspecified:
+            return "is the unspecified address (always refused)"
+        if ip.is_multicast or (isinstance(ip, ipaddress.IPv4Address) and ip == ipaddress.IPv4Address(
+                "255.255.255.255")):
+            return "is a multicast or broadcast address (always refused)"
+        if ip.is_global or self.allow_private:
+            return None
+        kind = ("a loopback" if ip.is_loopback else "a link-local" if ip.is_link_local
+                else "a private" if ip.is_private else "not a globally routable")
+        return f"is {kind} address; private targets are refused (operators may allow them)"
+
+    def check(self, host: str, address: str | IP) -> None:
+        """Raise :class:`EgressRefused` when ``address`` (of ``host``) is refused."""
+        why = self.refusal(address)
+        if why is not None:
+            shown = f"{host} ({address})" if str(host) != str(address) else str(address)
+            raise EgressRefused(f"egress refused: {shown} {why}")
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves through ``inner`` once and refuses the name when any address is refused."""
+
+    def __init__(self, policy: EgressPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        self._inner = inner
+        self._own_inner = inner is None
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        if self._inner is None:
+            self._inner = aiohttp.ThreadedResolver()
+        results = await self._inner.resolve(host, port, family)
+        if not results:
+            raise OSError(f"{host} resolves to no address")
+        for r in results:
+            self.policy.check(host, r["host"])
+        return results
+
+    async def close(self) -> None:
+        if self._inner is not None and self._own_inner:
+            await self._inner.close()
+
+
+def guarded_socket_factory(policy: EgressPolicy) -> Any:
+    """An aiohappyeyeballs socket factory that refuses sockets to refused addresses."""
+
+    def factory(addr_info: tuple[Any, ...]) -> socket.socket:
+        family, type_, proto, _canon, sockaddr = addr_info
+        policy.check(str(sockaddr[0]), str(sockaddr[0]))
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    return factory
+
+
+def guarded_connector(policy: EgressPolicy | None = None, *, resolver: AbstractResolver | None = None,
+                      **kwargs: Any) -> aiohttp.TCPConnector:
+    """A ``TCPConnector`` (``kwargs`` as for it) whose every connection obeys ``policy`` (default:
+    :meth:`EgressPolicy.from_env`). Must be created inside the running event loop."""
+    policy = policy if policy is not None else EgressPolicy.from_env()
+    return aiohttp.TCPConnector(resolver=GuardedResolver(policy, resolver),
+                                socket_factory=guarded_socket_factory(policy), **kwargs)
+
+
+__all__ = ["METADATA_ADDRESSES", "EgressPolicy", "EgressRefused", "GuardedResolver", "guarded_connector",
+           "guarded_socket_factory", "private_allowed_by_env"]

@@ -1,0 +1,639 @@
+"""The multi-node timing plane's store operations (a :class:`~fireledger.store.SqlStore` mixin).
+
+* **Sessions and partition leases.** A timing node's session is its ``nodes`` row: ``heartbeat``
+  upserts it and, in the same transaction, renews every lease the node holds (``expires_us``) — or,
+  while the node sheds, releases them all. A lease is granted by compare-and-set on the row's
+  ``rev`` as the granter read it (``rev`` is bumped by every grant, renewal and release), so a lease
+  renewed or granted meanwhile is never taken by a stale decision. ``epoch`` counts grants.
+* **The partition count** (``timing_settings``), and the lease and shadow rows of every partition.
+* **Claims restricted to partitions.** ``due_rows_in`` / ``earliest_due_in`` read only the due rows
+  whose ``partition mod n`` is in the caller's set, so a row whose stored partition predates a
+  count change is still claimed by exactly one range of owners.
+* **The shadow rebuilder's snapshot and report**, and the per-partition rebuild of the due index
+  (``rebuild_partition``: lock, snapshot and replace in one transaction).
+
+Every method takes instants from its caller (``now_us``, ``until_us``): the store never reads a clock.
+Lists of partitions are bound as one JSON array (``json_each`` on SQLite, ``jsonb_array_elements_text``
+on PostgreSQL), so every statement has a fixed text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fireledger.domain.model import DueRow
+
+from . import queries
+from .engine import StoreError
+
+_LEASE_COLS = ("partition, owner, epoch, rev, expires_us, eps_us, granted_us, renewed_us, released_us, "
+               "prev_owner, handoff_to, takeover_us, takeover_cause")
+_NODE_COLS = "id, role, started_us, heartbeat_us, eps_us, eps_source, shedding, stopped_us"
+_SHADOW_COLS = ("partition, claimed_us, reported_us, node, triggers, live_rows, divergent, missing, orphaned, "
+                "wrong_instant, wrong_version, wrong_partition, repartition_pending, duration_us")
+_DIV_COLS = ("partition, trigger_id, kind, live_next_us, live_version, expected_next_us, expected_version, "
+             "reported_us, node")
+_SQLITE_PARTS = "SELECT value FROM json_each(:parts)"
+_PG_PARTS = "SELECT CAST(jsonb_array_elements_text(CAST(:parts AS jsonb)) AS bigint)"
+_DUE_COLS = "trigger_id, tenant_id, partition, next_us, version"
+
+# One statement, so one snapshot on both engines: the trigger, its current version, the first
+# version of the run of identical schedules that ends at it (when that schedule took effect), the
+# resume point, the last scheduled instant the ledger decided (manual and backfill fires excluded:
+# they do not move the recurrence), and the live due row.
+_SHADOW_ROWS = (
+    "SELECT t.id, t.tenant_id, t.state, t.current_version, t.partition, v.schedule, "
+    "(SELECT MIN(v2.created_us) FROM trigger_versions v2 WHERE v2.trigger_id = t.id AND v2.version > "
+    "  COALESCE((SELECT MAX(v3.version) FROM trigger_versions v3 WHERE v3.trigger_id = t.id "
+    "            AND v3.schedule <> v.schedule), 0)), "
+    "t.resumed_us, "
+    "(SELECT MAX(f.scheduled_us) FROM fires f WHERE f.tenant_id = t.tenant_id AND f.trigger_id = t.id "
+    "  AND f.kind IN ('scheduled', 'catch-up')), "
+    "d.next_us, d.version, d.partition "
+    "FROM triggers t JOIN trigger_versions v ON v.trigger_id = t.id AND v.version = t.current_version "
+    "LEFT JOIN due d ON d.trigger_id = t.id WHERE t.partition = :partition ORDER BY t.id"
+)
+
+LEASE_QUERIES: dict[str, str] = {
+    # --- settings and rows ------------------------------------------------------------------------
+    "tl_partitions_get": "SELECT value FROM timing_settings WHERE name = 'partitions'",
+    "tl_partitions_set": "UPDATE timing_settings SET value = :n WHERE name = 'partitions'",
+    "tl_ensure_leases": (
+        "WITH RECURSIVE s(p) AS (SELECT 0 UNION ALL SELECT p + 1 FROM s WHERE p + 1 < :n) "
+        "INSERT INTO leases (partition) SELECT p FROM s WHERE true ON CONFLICT (partition) DO NOTHING"
+    ),
+    "tl_trim_leases": "DELETE FROM leases WHERE partition >= :n",
+    "tl_ensure_shadow": (
+        "WITH RECURSIVE s(p) AS (SELECT 0 UNION ALL SELECT p + 1 FROM s WHERE p + 1 < :n) "
+        "INSERT INTO shadow_partitions (partition) SELECT p FROM s WHERE true ON CONFLICT (partition) DO NOTHING"
+    ),
+    "tl_trim_shadow": "DELETE FROM shadow_partitions WHERE partition >= :n",
+    "tl_trim_divergence": "DELETE FROM shadow_divergence WHERE partition >= :n",
+    # --- sessions and leases ----------------------------------------------------------------------
+    "tl_heartbeat": (
+        "INSERT INTO nodes (id, role, started_us, heartbeat_us, eps_us, eps_source, shedding) "
+        "VALUES (:id, :role, :started_us, :now_us, :eps_us, :eps_source, :shedding) "
+        "ON CONFLICT (id) DO UPDATE SET heartbeat_us = excluded.heartbeat_us, eps_us = excluded.eps_us, "
+        "eps_source = excluded.eps_source, shedding = excluded.shedding, stopped_us = NULL"
+    ),
+    "tl_renew": (
+        "UPDATE leases SET expires_us = :expires_us, renewed_us = :now_us, rev = rev + 1 "
+        "WHERE owner = :owner RETURNING partition, epoch"
+    ),
+    "tl_release_all": (
+        "UPDATE leases SET owner = NULL, rev = rev + 1, released_us = :now_us, prev_owner = owner, "
+        "handoff_to = NULL WHERE owner = :owner"
+    ),
+    "tl_release": (
+        "UPDATE leases SET owner = NULL, rev = rev + 1, released_us = :now_us, prev_owner = owner, "
+        "handoff_to = :handoff_to WHERE partition = :partition AND owner = :owner"
+    ),
+    "tl_grant": (
+        "UPDATE leases SET owner = :owner, epoch = epoch + 1, rev = rev + 1, expires_us = :expires_us, "
+        "eps_us = :eps_us, granted_us = :now_us, renewed_us = :now_us, prev_owner = COALESCE(owner, prev_owner), "
+        "handoff_to = NULL, takeover_us = :takeover_us, takeover_cause = :cause "
+        "WHERE partition = :partition AND rev = :rev"
+    ),
+    "tl_leases": f"SELECT {_LEASE_COLS} FROM leases ORDER BY partition",
+    "tl_sessions": f"SELECT {_NODE_COLS} FROM nodes WHERE role = :role ORDER BY id",
+    "tl_stop_node": "UPDATE nodes SET stopped_us = :now_us WHERE id = :id",
+    "tl_prune_nodes": "DELETE FROM nodes WHERE role = :role AND heartbeat_us < :before_us",
+    # --- claims restricted to partitions ----------------------------------------------------------
+    "tl_due_rows_in": (
+        f"SELECT {_DUE_COLS} FROM due WHERE next_us <= :until_us "
+        f"AND (partition % :n) IN ({_SQLITE_PARTS}) ORDER BY next_us LIMIT :limit"
+    ),
+    "tl_earliest_due_in": f"SELECT MIN(next_us) FROM due WHERE (partition % :n) IN ({_SQLITE_PARTS})",
+    # --- the shadow rebuilder ---------------------------------------------------------------------
+    "tl_shadow_rows": _SHADOW_ROWS,
+    "tl_shadow_strays": (
+        "SELECT d.trigger_id, d.next_us, d.version FROM due d LEFT JOIN triggers t ON t.id = d.trigger_id "
+        "WHERE d.partition = :partition AND t.id IS NULL ORDER BY d.trigger_id"
+    ),
+    "tl_shadow_stalest": (
+        "SELECT partition, claimed_us FROM shadow_partitions WHERE partition < :n "
+        "ORDER BY claimed_us, partition LIMIT 1"
+    ),
+    "tl_shadow_claim": (
+        "UPDATE shadow_partitions SET claimed_us = :now_us, node = :node "
+        "WHERE partition = :partition AND claimed_us = :seen"
+    ),
+    "tl_shadow_report": (
+        "INSERT INTO shadow_partitions (partition, claimed_us, reported_us, node, triggers, live_rows, divergent, "
+        "missing, orphaned, wrong_instant, wrong_version, wrong_partition, repartition_pending, duration_us) "
+        "VALUES (:partition, :now_us, :now_us, :node, :triggers, :live_rows, :divergent, :missing, :orphaned, "
+        ":wrong_instant, :wrong_version, :wrong_partition, :repartition_pending, :duration_us) "
+        "ON CONFLICT (partition) DO UPDATE SET reported_us = excluded.reported_us, node = excluded.node, "
+        "triggers = excluded.triggers, live_rows = excluded.live_rows, divergent = excluded.divergent, "
+        "missing = excluded.missing, orphaned = excluded.orphaned, wrong_instant = excluded.wrong_instant, "
+        "wrong_version = excluded.wrong_version, wrong_partition = excluded.wrong_partition, "
+        "repartition_pending = excluded.repartition_pending, duration_us = excluded.duration_us"
+    ),
+    "tl_shadow_clear": "DELETE FROM shadow_divergence WHERE partition = :partition",
+    "tl_shadow_insert": (
+        f"INSERT INTO shadow_divergence ({_DIV_COLS}) VALUES (:partition, :trigger_id, :kind, :live_next_us, "
+        ":live_version, :expected_next_us, :expected_version, :reported_us, :node) "
+        "ON CONFLICT (partition, trigger_id) DO NOTHING"
+    ),
+    "tl_shadow_reports": f"SELECT {_SHADOW_COLS} FROM shadow_partitions ORDER BY partition",
+    "tl_shadow_divergences": f"SELECT {_DIV_COLS} FROM shadow_divergence ORDER BY partition, trigger_id",
+    "tl_out_of_range": "SELECT COUNT(*) FROM triggers WHERE partition >= :n",
+    "tl_count_triggers": "SELECT COUNT(*) FROM triggers",
+    "tl_out_of_range_partitions": "SELECT DISTINCT partition FROM triggers WHERE partition >= :n ORDER BY partition",
+    # --- rebuild and repartition ------------------------------------------------------------------
+    "tl_rebuild_lock": (
+        "SELECT d.trigger_id FROM due d WHERE d.partition = :partition "
+        "OR d.trigger_id IN (SELECT id FROM triggers WHERE partition = :partition) ORDER BY d.trigger_id"
+    ),
+    "tl_rebuild_clear_partition": "DELETE FROM due WHERE partition = :partition",
+    "tl_rebuild_clear_triggers": (
+        "DELETE FROM due WHERE trigger_id IN (SELECT id FROM triggers WHERE partition = :partition)"
+    ),
+    "tl_rebuild_insert": (
+        f"INSERT INTO due ({_DUE_COLS}) VALUES (:trigger_id, :tenant_id, :partition, :next_us, :version)"
+    ),
+    "tl_delete_orphans": "DELETE FROM due WHERE trigger_id NOT IN (SELECT id FROM triggers)",
+    "tl_trigger_partitions": "SELECT id, partition FROM triggers WHERE id > :after ORDER BY id LIMIT :limit",
+    "tl_set_trigger_partition": "UPDATE triggers SET partition = :partition WHERE id = :id",
+    "tl_set_due_partition": "UPDATE due SET partition = :partition WHERE trigger_id = :id",
+    "tl_due_index": f"SELECT {_DUE_COLS} FROM due ORDER BY trigger_id",
+}
+
+LEASE_OVERRIDES: dict[str, dict[str, str]] = {
+    "postgres": {
+        "tl_due_rows_in": (
+            f"SELECT {_DUE_COLS} FROM due WHERE next_us <= :until_us "
+            f"AND mod(partition, :n) IN ({_PG_PARTS}) ORDER BY next_us LIMIT :limit"
+        ),
+        "tl_earliest_due_in": f"SELECT MIN(next_us) FROM due WHERE mod(partition, :n) IN ({_PG_PARTS})",
+        # Rows a decision could move are locked first, so the snapshot that follows sees every
+        # advance committed before it and none can commit against the rows until this one does.
+        "tl_rebuild_lock": (
+            "SELECT d.trigger_id FROM due d WHERE d.partition = :partition "
+            "OR d.trigger_id IN (SELECT id FROM triggers WHERE partition = :partition) "
+            "ORDER BY d.trigger_id FOR UPDATE OF d"
+        ),
+    },
+}
+
+queries.register(LEASE_QUERIES, LEASE_OVERRIDES)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One partition's lease row (``owner`` None: free; ``handoff_to``: offered to that node first)."""
+
+    partition: int
+    owner: str | None
+    epoch: int
+    rev: int
+    expires_us: int
+    eps_us: int | None
+    granted_us: int | None
+    renewed_us: int | None
+    released_us: int | None
+    prev_owner: str | None
+    handoff_to: str | None
+    takeover_us: int | None
+    takeover_cause: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSession:
+    """A node's session row: alive while ``heartbeat_us`` + the session TTL has not passed."""
+
+    id: str
+    role: str
+    started_us: int
+    heartbeat_us: int
+    eps_us: int | None
+    eps_source: str | None
+    shedding: bool
+    stopped_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A lease to take by compare-and-set on ``rev`` (the revision the granter read).
+
+    ``takeover_us`` / ``cause`` describe the handover being completed (None for a first grant)."""
+
+    partition: int
+    rev: int
+    expires_us: int
+    eps_us: int
+    takeover_us: int | None = None
+    cause: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowRow:
+    """What the shadow rebuilder reads for one trigger, in one snapshot with its live due row."""
+
+    trigger_id: str
+    tenant_id: str
+    state: str
+    version: int
+    partition: int
+    schedule: dict[str, Any]
+    run_start_us: int | None        # when the current schedule took effect (first version of its run)
+    resumed_us: int | None          # last resume
+    last_us: int | None             # last scheduled instant decided (scheduled / catch-up fires)
+    due_next_us: int | None
+    due_version: int | None
+    due_partition: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class StrayDue:
+    """A due row whose trigger does not exist."""
+
+    trigger_id: str
+    next_us: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """One divergent row: ``kind`` ∈ missing, orphaned, wrong_instant, wrong_version, wrong_partition."""
+
+    partition: int
+    trigger_id: str
+    kind: str
+    live_next_us: int | None
+    live_version: int | None
+    expected_next_us: int | None
+    expected_version: int | None
+    reported_us: int = 0
+    node: str = ""
+
+
+DIVERGENCE_KINDS: tuple[str, ...] = ("missing", "orphaned", "wrong_instant", "wrong_version", "wrong_partition")
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowReport:
+    """The shadow rebuilder's finding for one partition: counts by divergence kind and (when the
+    report was just computed) the divergent rows themselves. ``reported_us`` 0: never checked."""
+
+    partition: int
+    node: str
+    reported_us: int
+    triggers: int
+    live_rows: int
+    counts: dict[str, int]
+    repartition_pending: int
+    duration_us: int
+    divergences: tuple[Divergence, ...] = ()
+    claimed_us: int | None = None
+
+    def count(self, kind: str) -> int:
+        return int(self.counts.get(kind, 0))
+
+    @property
+    def divergent(self) -> int:
+        return sum(self.counts.get(k, 0) for k in DIVERGENCE_KINDS)
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildStats:
+    """What ``rebuild_partition`` changed: rows added, removed, moved (instant, version or partition)."""
+
+    partition: int
+    triggers: int
+    rows: int
+    added: int
+    removed: int
+    changed: int
+
+
+#: Divergent rows stored per partition report at most (the counts are always complete).
+DIVERGENCE_ROWS_CAP = 1000
+
+
+def _parts(parts: Sequence[int]) -> str:
+    return json.dumps(sorted(int(p) for p in parts))
+
+
+def _opt(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
+#: Attempts of a maintenance transaction that PostgreSQL aborted to break a deadlock.
+RETRIES = 5
+
+
+def _retrying(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (one transaction), again when PostgreSQL chose it as a deadlock or serialization
+    victim. Maintenance transactions (rebuild, repartition) lock due rows in trigger-id order like
+    the timing loop's commits; this covers any other writer."""
+    for attempt in range(RETRIES):
+        try:
+            return fn()
+        except Exception as exc:
+            if type(exc).__name__ not in ("DeadlockDetected", "SerializationFailure") or attempt == RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _one_rowcount(n: int, what: str) -> bool:
+    if n > 1:
+        from .sql_store import InvariantViolation
+
+        raise InvariantViolation(f"{what} matched {n} rows")
+    return n == 1
+
+
+class LeasesMixin:
+    """Store operations of the timing plane across nodes (see the module docstring)."""
+
+    engine: Any
+    q: dict[str, str]
+
+    # --- the partition count ------------------------------------------------------------------
+
+    def partition_count(self) -> int:
+        """The keyspace's partition count (``timing_settings``; 256 unless changed)."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["tl_partitions_get"]).fetchone()
+        return int(row[0]) if row else 256
+
+    def ensure_partitions(self, n: int | None = None) -> int:
+        """Make sure a lease row and a shadow row exist for every partition < n (idempotent)."""
+        n = self.partition_count() if n is None else n
+        with self.engine.write() as c:
+            c.execute(self.q["tl_ensure_leases"], {"n": n})
+            c.execute(self.q["tl_ensure_shadow"], {"n": n})
+        return n
+
+    def set_partition_count(self, n: int) -> int:
+        """Record a new partition count and resize the lease and shadow tables (one transaction);
+        returns the previous count. Lease rows ≥ n disappear: their owners drop them at their next
+        renewal. Triggers keep their stored partition until :meth:`repartition_batch` rewrites it."""
+        if not 1 <= n <= 65536:
+            raise StoreError(f"partitions: {n} is out of range 1-65536")
+        with self.engine.write() as c:
+            row = c.execute(self.q["tl_partitions_get"]).fetchone()
+            old = int(row[0]) if row else 256
+            c.execute(self.q["tl_partitions_set"], {"n": n})
+            c.execute(self.q["tl_trim_leases"], {"n": n})
+            c.execute(self.q["tl_trim_shadow"], {"n": n})
+            c.execute(self.q["tl_trim_divergence"], {"n": n})
+            c.execute(self.q["tl_ensure_leases"], {"n": n})
+            c.execute(self.q["tl_ensure_shadow"], {"n": n})
+        return old
+
+    def repartition_batch(self, after_id: str, limit: int, partition_of: Callable[[str], int]) -> tuple[str, int, int]:
+        """Rewrite the stored partition of up to ``limit`` triggers with id > ``after_id`` (and of
+        their due rows) to ``partition_of(id)``, in one transaction.
+
+        Returns ``(last id seen, triggers seen, triggers moved)``; last id "" when none was left."""
+        def once() -> tuple[str, int, int]:
+            with self.engine.write() as c:
+                rows = c.execute(self.q["tl_trigger_partitions"], {"after": after_id, "limit": limit}).fetchall()
+                moved = 0
+                for tid, part in rows:   # trigger-id order, like every other writer of due rows
+                    want = partition_of(str(tid))
+                    if int(part) != want:
+                        c.execute(self.q["tl_set_trigger_partition"], {"id": tid, "partition": want})
+                        c.execute(self.q["tl_set_due_partition"], {"id": tid, "partition": want})
+                        moved += 1
+            return (str(rows[-1][0]) if rows else "", len(rows), moved)
+
+        return _retrying(once)  # type: ignore[no-any-return]
+
+    def count_out_of_range(self, n: int) -> int:
+        """Triggers whose stored partition is ≥ n (left behind by a count change not yet applied)."""
+        with self.engine.read() as c:
+            return int(c.execute(self.q["tl_out_of_range"], {"n": n}).fetchone()[0])
+
+    def count_triggers(self) -> int:
+        """Every trigger row, whatever its state."""
+        with self.engine.read() as c:
+            return int(c.execute(self.q["tl_count_triggers"]).fetchone()[0])
+
+    def out_of_range_partitions(self, n: int) -> list[int]:
+        """The distinct stored partition numbers ≥ n."""
+        with self.engine.read() as c:
+            return [int(r[0]) for r in c.execute(self.q["tl_out_of_range_partitions"], {"n": n}).fetchall()]
+
+    # --- sessions and leases ------------------------------------------------------------------
+
+    def heartbeat(self, node_id: str, role: str, *, now_us: int, started_us: int, eps_us: int,
+                  eps_source: str, shedding: bool, lease_expires_us: int) -> list[tuple[int, int]]:
+        """Renew the session of ``node_id`` and, in the same transaction, every lease it holds
+        (``expires_us`` = ``lease_expires_us``); while ``shedding``, release them all instead.
+
+        Returns the (partition, epoch) pairs the node holds after the commit."""
+        with self.engine.write() as c:
+            c.execute(self.q["tl_heartbeat"], {
+                "id": node_id, "role": role, "started_us": started_us, "now_us": now_us, "eps_us": eps_us,
+                "eps_source": eps_source, "shedding": 1 if shedding else 0})
+            if shedding:
+                c.execute(self.q["tl_release_all"], {"owner": node_id, "now_us": now_us})
+                return []
+            rows = c.execute(self.q["tl_renew"], {"owner": node_id, "now_us": now_us,
+                                                  "expires_us": lease_expires_us}).fetchall()
+        return sorted((int(p), int(e)) for p, e in rows)
+
+    def lease_table(self) -> list[Lease]:
+        """Every lease row, by partition."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tl_leases"]).fetchall()
+        return [Lease(int(r[0]), r[1], int(r[2]), int(r[3]), int(r[4]), _opt(r[5]), _opt(r[6]), _opt(r[7]),
+                      _opt(r[8]), r[9], r[10], _opt(r[11]), r[12]) for r in rows]
+
+    def sessions(self, role: str = "timing") -> list[NodeSession]:
+        """The session rows of ``role`` (live or not: the caller judges with its own clock)."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tl_sessions"], {"role": role}).fetchall()
+        return [NodeSession(str(r[0]), str(r[1]), int(r[2]), int(r[3]), _opt(r[4]), r[5], bool(r[6]), _opt(r[7]))
+                for r in rows]
+
+    def grant_leases(self, node_id: str, grants: Sequence[Grant], now_us: int) -> list[int]:
+        """Take each lease by compare-and-set on the ``rev`` its granter read; returns the partitions
+        granted (a lease that moved meanwhile is simply not granted)."""
+        got: list[int] = []
+        if not grants:
+            return got
+        with self.engine.write() as c:
+            for g in grants:
+                n = c.execute(self.q["tl_grant"], {
+                    "owner": node_id, "expires_us": g.expires_us, "eps_us": g.eps_us, "now_us": now_us,
+                    "takeover_us": g.takeover_us, "cause": g.cause, "partition": g.partition,
+                    "rev": g.rev}).rowcount
+                if _one_rowcount(n, "grant_lease"):
+                    got.append(g.partition)
+        return got
+
+    def release_leases(self, node_id: str, partitions: Sequence[int], now_us: int,
+                       handoff_to: dict[int, str | None] | None = None) -> list[int]:
+        """Release the listed leases ``node_id`` still holds (each offered to ``handoff_to[p]`` first);
+        returns the partitions released."""
+        out: list[int] = []
+        if not partitions:
+            return out
+        with self.engine.write() as c:
+            for p in partitions:
+                n = c.execute(self.q["tl_release"], {"owner": node_id, "partition": p, "now_us": now_us,
+                                                     "handoff_to": (handoff_to or {}).get(p)}).rowcount
+                if _one_rowcount(n, "release_lease"):
+                    out.append(p)
+        return out
+
+    def release_all_leases(self, node_id: str, now_us: int) -> int:
+        """Release every lease of ``node_id``; returns how many."""
+        with self.engine.write() as c:
+            return int(c.execute(self.q["tl_release_all"], {"owner": node_id, "now_us": now_us}).rowcount)
+
+    def stop_node(self, node_id: str, now_us: int) -> int:
+        """A clean shutdown: release every lease at once and mark the session stopped."""
+        with self.engine.write() as c:
+            n = int(c.execute(self.q["tl_release_all"], {"owner": node_id, "now_us": now_us}).rowcount)
+            c.execute(self.q["tl_stop_node"], {"id": node_id, "now_us": now_us})
+        return n
+
+    def prune_nodes(self, role: str, before_us: int) -> int:
+        """Forget sessions of ``role`` silent since before ``before_us``."""
+        with self.engine.write() as c:
+            return int(c.execute(self.q["tl_prune_nodes"], {"role": role, "before_us": before_us}).rowcount)
+
+    # --- claims restricted to partitions ------------------------------------------------------
+
+    def due_rows_in(self, until_us: int, limit: int, partitions: Sequence[int], n: int) -> list[DueRow]:
+        """Due rows with ``next_us <= until_us`` whose ``partition mod n`` is in ``partitions``,
+        earliest first."""
+        if not partitions:
+            return []
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tl_due_rows_in"], {"until_us": until_us, "limit": limit, "n": n,
+                                                        "parts": _parts(partitions)}).fetchall()
+        return [DueRow(*r) for r in rows]
+
+    def earliest_due_in(self, partitions: Sequence[int], n: int) -> int | None:
+        """The earliest ``next_us`` among the due rows of ``partitions`` (None when there is none)."""
+        if not partitions:
+            return None
+        with self.engine.read() as c:
+            row = c.execute(self.q["tl_earliest_due_in"], {"n": n, "parts": _parts(partitions)}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def due_index(self) -> list[DueRow]:
+        """The whole due index, by trigger id (operator commands and tests)."""
+        with self.engine.read() as c:
+            return [DueRow(*r) for r in c.execute(self.q["tl_due_index"]).fetchall()]
+
+    # --- the shadow rebuilder -----------------------------------------------------------------
+
+    def shadow_claim(self, node_id: str, now_us: int, n: int) -> int | None:
+        """Claim the partition whose shadow check is stalest (compare-and-set on its claim instant,
+        so two nodes never check the same partition at once); None when another node won it."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["tl_shadow_stalest"], {"n": n}).fetchone()
+        if row is None:
+            return None
+        with self.engine.write() as c:
+            ok = c.execute(self.q["tl_shadow_claim"], {"partition": int(row[0]), "seen": int(row[1]),
+                                                       "now_us": now_us, "node": node_id}).rowcount
+        return int(row[0]) if ok == 1 else None
+
+    def shadow_snapshot(self, partition: int) -> tuple[list[ShadowRow], list[StrayDue]]:
+        """The triggers of ``partition`` with what the registry, the ledger and the live due index say
+        about each (one statement: one snapshot), and the due rows of the partition with no trigger."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tl_shadow_rows"], {"partition": partition}).fetchall()
+            strays = c.execute(self.q["tl_shadow_strays"], {"partition": partition}).fetchall()
+        return [_shadow_row(r) for r in rows], [StrayDue(str(s[0]), int(s[1]), int(s[2])) for s in strays]
+
+    def shadow_write(self, report: ShadowReport) -> None:
+        """Store ``report`` as the partition's latest (its divergent rows replace the previous ones)."""
+        with self.engine.write() as c:
+            c.execute(self.q["tl_shadow_report"], {
+                "partition": report.partition, "now_us": report.reported_us, "node": report.node,
+                "triggers": report.triggers, "live_rows": report.live_rows, "divergent": report.divergent,
+                **{k: report.count(k) for k in DIVERGENCE_KINDS},
+                "repartition_pending": report.repartition_pending, "duration_us": report.duration_us})
+            c.execute(self.q["tl_shadow_clear"], {"partition": report.partition})
+            for d in report.divergences[:DIVERGENCE_ROWS_CAP]:
+                c.execute(self.q["tl_shadow_insert"], {
+                    "partition": report.partition, "trigger_id": d.trigger_id, "kind": d.kind,
+                    "live_next_us": d.live_next_us, "live_version": d.live_version,
+                    "expected_next_us": d.expected_next_us, "expected_version": d.expected_version,
+                    "reported_us": report.reported_us, "node": report.node})
+
+    def shadow_reports(self) -> list[ShadowReport]:
+        """The latest report of every partition (divergent rows not included; see
+        :meth:`shadow_divergences`). A partition never checked has ``reported_us`` 0."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tl_shadow_reports"]).fetchall()
+        return [_report(r) for r in rows]
+
+    def shadow_divergences(self) -> list[Divergence]:
+        """Every divergent row of the latest reports, by partition and trigger."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tl_shadow_divergences"]).fetchall()
+        return [Divergence(int(r[0]), str(r[1]), str(r[2]), _opt(r[3]), _opt(r[4]), _opt(r[5]), _opt(r[6]),
+                           int(r[7]), str(r[8])) for r in rows]
+
+    # --- rebuild ------------------------------------------------------------------------------
+
+    def rebuild_partition(self, partition: int, expected: Callable[[ShadowRow], int | None]) -> RebuildStats:
+        """Replace the due rows of the triggers of ``partition`` (and any due row stored under it)
+        with the rows ``expected`` computes from the registry and the ledger, in one transaction.
+
+        On PostgreSQL the affected due rows are locked before the snapshot is read, so a decision
+        committing concurrently is either seen by the snapshot or waits and then compare-and-sets
+        against the rebuilt row."""
+        def once() -> RebuildStats:
+            with self.engine.write() as c:
+                c.execute(self.q["tl_rebuild_lock"], {"partition": partition}).fetchall()
+                found = c.execute(self.q["tl_shadow_rows"], {"partition": partition}).fetchall()
+                rows = [_shadow_row(r) for r in found]
+                strays = c.execute(self.q["tl_shadow_strays"], {"partition": partition}).fetchall()
+                before = {r.trigger_id: (r.due_next_us, r.due_version, r.due_partition)
+                          for r in rows if r.due_next_us is not None}
+                before.update({str(s[0]): (int(s[1]), int(s[2]), partition) for s in strays})
+                after: dict[str, tuple[int, int, int]] = {}
+                inserts = []
+                for r in rows:
+                    nxt = expected(r)
+                    if nxt is None:
+                        continue
+                    after[r.trigger_id] = (nxt, r.version, r.partition)
+                    inserts.append({"trigger_id": r.trigger_id, "tenant_id": r.tenant_id, "partition": r.partition,
+                                    "next_us": nxt, "version": r.version})
+                c.execute(self.q["tl_rebuild_clear_partition"], {"partition": partition})
+                c.execute(self.q["tl_rebuild_clear_triggers"], {"partition": partition})
+                for params in inserts:
+                    c.execute(self.q["tl_rebuild_insert"], params)
+            added = sum(1 for t in after if t not in before)
+            removed = sum(1 for t in before if t not in after)
+            changed = sum(1 for t, v in after.items() if t in before and before[t] != v)
+            return RebuildStats(partition, len(rows), len(after), added, removed, changed)
+
+        return _retrying(once)  # type: ignore[no-any-return]
+
+    def delete_orphan_due(self) -> int:
+        """Remove due rows whose trigger does not exist; returns how many."""
+        with self.engine.write() as c:
+            return int(c.execute(self.q["tl_delete_orphans"]).rowcount)
+
+
+def _report(r: Sequence[Any]) -> ShadowReport:
+    counts = {k: int(r[7 + i] or 0) for i, k in enumerate(DIVERGENCE_KINDS)}
+    return ShadowReport(partition=int(r[0]), node=str(r[3] or ""), reported_us=int(r[2] or 0),
+                        triggers=int(r[4] or 0), live_rows=int(r[5] or 0), counts=counts,
+                        repartition_pending=int(r[12] or 0), duration_us=int(r[13] or 0),
+                        claimed_us=int(r[1] or 0))
+
+
+def _shadow_row(r: Sequence[Any]) -> ShadowRow:
+    return ShadowRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), json.loads(r[5]), _opt(r[6]),
+                     _opt(r[7]), _opt(r[8]), _opt(r[9]), _opt(r[10]), _opt(r[11]))
+
+
+__all__ = ["DIVERGENCE_KINDS", "Divergence", "Grant", "Lease", "LeasesMixin", "NodeSession", "RebuildStats",
+           "ShadowReport", "ShadowRow", "StrayDue"]

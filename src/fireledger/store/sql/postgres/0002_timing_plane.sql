@@ -1,0 +1,70 @@
+-- The multi-node timing plane (issue 4): partition leases held by node sessions, the partition
+-- count, the shadow rebuilder's report, and the resume point of a trigger. Instants are INTEGER
+-- microseconds since the Unix epoch (UTC). See docs/decisions/0020-0024.
+--
+-- leases: one row per partition. `rev` is bumped by every change (grant, renewal, release), so a
+-- grant is a compare-and-set on what the granter read. `handoff_to` names the node a released
+-- partition is offered to first. `takeover_us`/`takeover_cause` measure the last handover.
+ALTER TABLE leases ADD COLUMN rev BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE leases ADD COLUMN granted_us BIGINT;
+ALTER TABLE leases ADD COLUMN renewed_us BIGINT;
+ALTER TABLE leases ADD COLUMN released_us BIGINT;
+ALTER TABLE leases ADD COLUMN prev_owner TEXT;
+ALTER TABLE leases ADD COLUMN handoff_to TEXT;
+ALTER TABLE leases ADD COLUMN takeover_us BIGINT;
+ALTER TABLE leases ADD COLUMN takeover_cause TEXT;
+CREATE INDEX leases_by_owner ON leases (owner);
+-- nodes: the session of each timing node (heartbeat_us is its renewal); `shedding` is 1 while its
+-- clock bound is over the ceiling; `stopped_us` is set by a clean shutdown.
+ALTER TABLE nodes ADD COLUMN shedding BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN stopped_us BIGINT;
+-- triggers: when the trigger was last resumed (the due index restarts from there).
+ALTER TABLE triggers ADD COLUMN resumed_us BIGINT;
+CREATE INDEX triggers_by_partition ON triggers (partition, id);
+-- timing_settings: the partition count of the keyspace (changed by `fireledger partitions set`).
+CREATE TABLE timing_settings (
+  name TEXT PRIMARY KEY,
+  value BIGINT NOT NULL
+);
+INSERT INTO timing_settings (name, value) VALUES ('partitions', 256);
+-- shadow_partitions: the shadow rebuilder's latest report per partition (claimed_us orders the rota).
+CREATE TABLE shadow_partitions (
+  partition INTEGER PRIMARY KEY,
+  claimed_us BIGINT NOT NULL DEFAULT 0,
+  reported_us BIGINT,
+  node TEXT,
+  triggers BIGINT NOT NULL DEFAULT 0,
+  live_rows BIGINT NOT NULL DEFAULT 0,
+  divergent BIGINT NOT NULL DEFAULT 0,
+  missing BIGINT NOT NULL DEFAULT 0,
+  orphaned BIGINT NOT NULL DEFAULT 0,
+  wrong_instant BIGINT NOT NULL DEFAULT 0,
+  wrong_version BIGINT NOT NULL DEFAULT 0,
+  wrong_partition BIGINT NOT NULL DEFAULT 0,
+  repartition_pending BIGINT NOT NULL DEFAULT 0,
+  duration_us INTEGER
+);
+-- shadow_divergence: each divergent row of the latest report (trigger ids and instants only).
+CREATE TABLE shadow_divergence (
+  partition BIGINT NOT NULL,
+  trigger_id TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  live_next_us BIGINT,
+  live_version BIGINT,
+  expected_next_us BIGINT,
+  expected_version BIGINT,
+  reported_us BIGINT NOT NULL,
+  node TEXT NOT NULL,
+  PRIMARY KEY (partition, trigger_id)
+);
+-- Definition changes wake every timing node at once: bumping signals.definitions (done in the same
+-- transaction as every trigger change) notifies channel fireledger_definitions on commit. The capped
+-- sleep of the timing loop stays the fallback.
+CREATE FUNCTION fireledger_notify_definitions() RETURNS trigger AS $$
+BEGIN
+  PERFORM pg_notify('fireledger_definitions', NEW.counter::text);
+  RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER signals_notify_definitions AFTER UPDATE ON signals
+  FOR EACH ROW WHEN (NEW.name = 'definitions') EXECUTE FUNCTION fireledger_notify_definitions();

@@ -1,0 +1,498 @@
+"""Trust-boundary state (a :class:`~fireledger.store.SqlStore` mixin): the hash-chained audit,
+principals of a tenant, target ownership verification, tenant data keys, tenant deletion and purge.
+
+Contracts:
+
+* **Audit is append-only and hash-chained.** Each row carries ``prev_hash`` (the previous row's
+  ``hash``; 64 zeros before the first) and ``hash = sha256(canonical JSON of [seq, tenant_id, actor,
+  action, at_us, prior, new, prev_hash])``. ``audit_head`` (one row) holds the last seq and hash: it
+  anchors the chain's tail and serialises appends (``FOR UPDATE`` on PostgreSQL; SQLite write
+  transactions are exclusive). Database triggers refuse UPDATE/DELETE on ``audit`` (migration 0004).
+  ``prior``/``new`` are canonical JSON text and never carry payloads, secrets or tokens.
+* **A privileged act and its audit row commit together** where this mixin performs the act
+  (principals, targets, verification, tenant creation and deletion).
+* **Tenant deletion** destroys the tenant's wrapped data key at once (its payloads become
+  unreadable), revokes its principals, stops its triggers and skips its live fires — one
+  transaction. :meth:`TrustMixin.purge_deleted_tenants` later deletes definitions, payloads and
+  history (one transaction per trigger, then one for the rest), keeping per-day fire counts.
+* Every method takes ``now_us`` from its caller; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fireledger.domain.model import Principal, Target, Tenant
+
+from . import queries
+
+GENESIS_HASH = "0" * 64
+DAY_US = 86_400_000_000
+#: Tables a purge keeps (``tenants`` is scrubbed, not deleted) or handles itself, in this order.
+_KEPT_TABLES = frozenset({"tenants", "audit", "audit_head", "fire_counts", "schema_migrations"})
+_PURGE_ORDER = ("attempts", "work_outcomes", "fires", "due", "trigger_versions", "triggers", "targets",
+                "principals")
+
+TRUST_QUERIES: dict[str, str] = {
+    # --- audit ----------------------------------------------------------------------------------
+    "audit_head_lock": "SELECT seq, hash FROM audit_head WHERE id = 1",
+    "audit_head": "SELECT seq, hash FROM audit_head WHERE id = 1",
+    "audit_insert": (
+        "INSERT INTO audit (seq, tenant_id, actor, action, at_us, prior, new, prev_hash, hash) "
+        "VALUES (:seq, :tenant_id, :actor, :action, :at_us, :prior, :new, :prev_hash, :hash)"
+    ),
+    "audit_head_set": "UPDATE audit_head SET seq = :seq, hash = :hash WHERE id = 1",
+    "audit_rows": (
+        "SELECT seq, tenant_id, actor, action, at_us, prior, new, prev_hash, hash FROM audit "
+        "WHERE seq > :after ORDER BY seq LIMIT :limit"
+    ),
+    "audit_rows_of_tenant": (
+        "SELECT seq, tenant_id, actor, action, at_us, prior, new, prev_hash, hash FROM audit "
+        "WHERE tenant_id = :tenant_id AND seq > :after ORDER BY seq LIMIT :limit"
+    ),
+    # --- principals -----------------------------------------------------------------------------
+    "trust_list_principals": (
+        "SELECT id, tenant_id, name, roles, created_us, revoked_us FROM principals "
+        "WHERE tenant_id = :tenant_id AND id > :after ORDER BY id LIMIT :limit"
+    ),
+    "trust_get_principal": (
+        "SELECT id, tenant_id, name, roles, created_us, revoked_us FROM principals "
+        "WHERE tenant_id = :tenant_id AND id = :id"
+    ),
+    "trust_count_principals": "SELECT COUNT(*) FROM principals WHERE tenant_id = :tenant_id",
+    "trust_live_admins": (
+        "SELECT id, roles FROM principals WHERE tenant_id = :tenant_id AND revoked_us IS NULL"
+    ),
+    "trust_revoke_principal": (
+        "UPDATE principals SET revoked_us = :now_us WHERE tenant_id = :tenant_id AND id = :id "
+        "AND revoked_us IS NULL"
+    ),
+    # --- targets --------------------------------------------------------------------------------
+    "trust_count_targets": "SELECT COUNT(*) FROM targets WHERE tenant_id = :tenant_id AND deleted_us IS NULL",
+    "trust_target": (
+        "SELECT id, tenant_id, kind, url, verification_state, verification_token, verified_us, "
+        "verification_expires_us, verification_error, deleted_us FROM targets WHERE id = :id"
+    ),
+    "trust_set_verification": (
+        "UPDATE targets SET verification_state = :state, verified_us = :verified_us, "
+        "verification_expires_us = :expires_us, verification_error = :error "
+        "WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
+    ),
+    # --- triggers -------------------------------------------------------------------------------
+    "trust_count_live_triggers": (
+        "SELECT COUNT(*) FROM triggers WHERE tenant_id = :tenant_id AND state <> 'deleted'"
+    ),
+    # --- tenant keys ----------------------------------------------------------------------------
+    "trust_tenant_key": "SELECT deleted_us, wrapped_key FROM tenants WHERE id = :id",
+    "trust_install_key": (
+        "UPDATE tenants SET wrapped_key = :wrapped WHERE id = :id AND wrapped_key IS NULL "
+        "AND deleted_us IS NULL"
+    ),
+    # --- tenant deletion ------------------------------------------------------------------------
+    "trust_tenant_row": "SELECT id, name, created_us, deleted_us, purged_us FROM tenants WHERE id = :id",
+    "trust_tenant_by_name": "SELECT id FROM tenants WHERE name = :name",
+    "trust_delete_tenant": (
+        "UPDATE tenants SET deleted_us = :now_us, wrapped_key = NULL WHERE id = :id AND deleted_us IS NULL"
+    ),
+    "trust_revoke_all": (
+        "UPDATE principals SET revoked_us = :now_us WHERE tenant_id = :tenant_id AND revoked_us IS NULL"
+    ),
+    "trust_delete_due_of_tenant": "DELETE FROM due WHERE tenant_id = :tenant_id",
+    "trust_stop_triggers": (
+        "UPDATE triggers SET state = 'deleted', updated_us = :now_us WHERE tenant_id = :tenant_id "
+        "AND state <> 'deleted'"
+    ),
+    "trust_skip_live_fires": (
+        "UPDATE fires SET state = 'skipped', cause = :cause, finished_us = :now_us, next_attempt_us = NULL, "
+        "lease_owner = NULL WHERE tenant_id = :tenant_id AND state IN ('pending', 'dispatching')"
+    ),
+    "trust_count_tenant_triggers": "SELECT COUNT(*) FROM triggers WHERE tenant_id = :tenant_id",
+    # --- purge ----------------------------------------------------------------------------------
+    "trust_tenants_to_purge": (
+        "SELECT id FROM tenants WHERE deleted_us IS NOT NULL AND deleted_us <= :cutoff_us "
+        "AND purged_us IS NULL ORDER BY deleted_us, id LIMIT :limit"
+    ),
+    "trust_triggers_of_tenant": "SELECT id FROM triggers WHERE tenant_id = :tenant_id ORDER BY id",
+    "trust_count_fires_into": (
+        "INSERT INTO fire_counts (tenant_id, day, state, n) "
+        "SELECT tenant_id, scheduled_us / 86400000000, state, COUNT(*) FROM fires "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "GROUP BY tenant_id, scheduled_us / 86400000000, state "
+        "ON CONFLICT (tenant_id, day, state) DO UPDATE SET n = fire_counts.n + excluded.n"
+    ),
+    "trust_purge_attempts": "DELETE FROM attempts WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id",
+    "trust_purge_outcomes": (
+        "DELETE FROM work_outcomes WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id"
+    ),
+    "trust_purge_fires": "DELETE FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id",
+    "trust_scrub_tenant": (
+        "UPDATE tenants SET name = id, wrapped_key = NULL, purged_us = :now_us WHERE id = :id"
+    ),
+    "trust_fire_counts": (
+        "SELECT day, state, n FROM fire_counts WHERE tenant_id = :tenant_id ORDER BY day, state"
+    ),
+    "trust_tenant_tables_sqlite": "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+}
+
+_OVERRIDES: dict[str, dict[str, str]] = {
+    "postgres": {
+        "audit_head_lock": "SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE",
+        "trust_tenant_tables_sqlite": (
+            "SELECT table_name FROM information_schema.columns WHERE column_name = 'tenant_id' "
+            "AND table_schema = current_schema() ORDER BY table_name"
+        ),
+    },
+}
+
+queries.register(TRUST_QUERIES, _OVERRIDES)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One audit row. ``prior``/``new`` are canonical JSON text (or None)."""
+
+    seq: int
+    tenant_id: str | None
+    actor: str
+    action: str
+    at_us: int
+    prior: str | None
+    new: str | None
+    prev_hash: str
+    hash: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The export form (one JSON line per row): prior/new parsed back into values."""
+        return {"seq": self.seq, "tenant_id": self.tenant_id, "actor": self.actor, "action": self.action,
+                "at_us": self.at_us, "prior": _loads(self.prior), "new": _loads(self.new),
+                "prev_hash": self.prev_hash, "hash": self.hash}
+
+
+@dataclass(frozen=True, slots=True)
+class TargetTrust:
+    """A target's ownership-verification state (``expires_us`` None: never lapses)."""
+
+    id: str
+    tenant_id: str
+    kind: str
+    url: str | None
+    state: str
+    token: str
+    verified_us: int | None
+    expires_us: int | None
+    error: str | None
+    deleted_us: int | None
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def canonical(value: Any) -> str | None:
+    """Canonical JSON text of an audit value (sorted keys, no spaces); None stays None."""
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def chain_hash(seq: int, tenant_id: str | None, actor: str, action: str, at_us: int, prior: str | None,
+               new: str | None, prev_hash: str) -> str:
+    """The hash a row must carry: SHA-256 over the canonical JSON of its content and ``prev_hash``."""
+    material = json.dumps([seq, tenant_id, actor, action, at_us, prior, new, prev_hash],
+                          separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def _principal(row: Sequence[Any]) -> Principal:
+    return Principal(row[0], row[1], row[2], frozenset(filter(None, str(row[3]).split(","))), row[4], row[5])
+
+
+def _audit(row: Sequence[Any]) -> AuditEntry:
+    return AuditEntry(int(row[0]), row[1], row[2], row[3], int(row[4]), row[5], row[6], row[7], row[8])
+
+
+class TrustMixin:
+    """Audit, principals, verification, tenant keys, deletion and purge (see the module docstring)."""
+
+    engine: Any
+    q: dict[str, str]
+
+    # --- audit ----------------------------------------------------------------------------------
+
+    def _append_audit(self, c: Any, tenant_id: str | None, actor: str, action: str, at_us: int,
+                      prior: Any = None, new: Any = None) -> AuditEntry:
+        """Append one row inside the caller's write transaction (the head row is locked first)."""
+        seq, prev = c.execute(self.q["audit_head_lock"]).fetchone()
+        seq = int(seq) + 1
+        p, n = canonical(prior), canonical(new)
+        h = chain_hash(seq, tenant_id, actor, action, at_us, p, n, prev)
+        c.execute(self.q["audit_insert"], {"seq": seq, "tenant_id": tenant_id, "actor": actor,
+                                           "action": action, "at_us": at_us, "prior": p, "new": n,
+                                           "prev_hash": prev, "hash": h})
+        c.execute(self.q["audit_head_set"], {"seq": seq, "hash": h})
+        return AuditEntry(seq, tenant_id, actor, action, at_us, p, n, prev, h)
+
+    def append_audit(self, tenant_id: str | None, actor: str, action: str, at_us: int,
+                     prior: Any = None, new: Any = None) -> AuditEntry:
+        """Append one audit row in its own transaction and return it."""
+        with self.engine.write() as c:
+            return self._append_audit(c, tenant_id, actor, action, at_us, prior, new)
+
+    def audit_rows(self, after_seq: int = 0, limit: int = 1000, tenant_id: str | None = None) -> list[AuditEntry]:
+        """Audit rows with ``seq > after_seq`` in seq order (one tenant's, or all)."""
+        with self.engine.read() as c:
+            if tenant_id is None:
+                rows = c.execute(self.q["audit_rows"], {"after": after_seq, "limit": limit}).fetchall()
+            else:
+                rows = c.execute(self.q["audit_rows_of_tenant"],
+                                 {"tenant_id": tenant_id, "after": after_seq, "limit": limit}).fetchall()
+        return [_audit(r) for r in rows]
+
+    def audit_head(self) -> tuple[int, str]:
+        """``(last seq, its hash)`` as recorded by the chain's head row."""
+        with self.engine.read() as c:
+            seq, h = c.execute(self.q["audit_head"]).fetchone()
+        return int(seq), str(h)
+
+    # --- tenants --------------------------------------------------------------------------------
+
+    def create_tenant_audited(self, tenant: Tenant, principal: Principal, token_hash: str, actor: str) -> None:
+        """Create a tenant with its first principal and audit it, in one transaction."""
+        with self.engine.write() as c:
+            c.execute(self.q["insert_tenant"], {"id": tenant.id, "name": tenant.name,
+                                                "created_us": tenant.created_us})
+            self._insert_principal_row(c, principal, token_hash)
+            self._append_audit(c, tenant.id, actor, "tenant.create", tenant.created_us, None,
+                               {"tenant_id": tenant.id, "principal_id": principal.id,
+                                "roles": sorted(principal.roles)})
+
+    def tenant_id_by_name(self, name: str) -> str | None:
+        with self.engine.read() as c:
+            row = c.execute(self.q["trust_tenant_by_name"], {"name": name}).fetchone()
+        return None if row is None else str(row[0])
+
+    def tenant_state(self, tenant_id: str) -> dict[str, Any] | None:
+        """``{id, created_us, deleted_us, purged_us}`` of a tenant (deleted ones too), or None."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["trust_tenant_row"], {"id": tenant_id}).fetchone()
+        if row is None:
+            return None
+        return {"id": row[0], "created_us": row[2], "deleted_us": row[3], "purged_us": row[4]}
+
+    # --- principals -----------------------------------------------------------------------------
+
+    def _insert_principal_row(self, c: Any, p: Principal, token_hash: str) -> None:
+        c.execute(self.q["insert_principal"], {
+            "id": p.id, "tenant_id": p.tenant_id, "name": p.name, "token_hash": token_hash,
+            "roles": ",".join(sorted(p.roles)), "created_us": p.created_us})
+
+    def create_principal_audited(self, principal: Principal, token_hash: str, actor: str) -> None:
+        """Insert a principal (its token only as a hash) and audit the grant, in one transaction."""
+        with self.engine.write() as c:
+            self._insert_principal_row(c, principal, token_hash)
+            self._append_audit(c, principal.tenant_id, actor, "principal.create", principal.created_us, None,
+                               {"principal_id": principal.id, "name": principal.name,
+                                "roles": sorted(principal.roles)})
+
+    def list_principals(self, tenant_id: str, after: str = "", limit: int = 100) -> list[Principal]:
+        """The tenant's principals (revoked ones too), by id."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["trust_list_principals"],
+                             {"tenant_id": tenant_id, "after": after, "limit": limit}).fetchall()
+        return [_principal(r) for r in rows]
+
+    def get_principal(self, tenant_id: str, principal_id: str) -> Principal | None:
+        with self.engine.read() as c:
+            row = c.execute(self.q["trust_get_principal"], {"tenant_id": tenant_id, "id": principal_id}).fetchone()
+        return _principal(row) if row else None
+
+    def count_principals(self, tenant_id: str) -> int:
+        with self.engine.read() as c:
+            return int(c.execute(self.q["trust_count_principals"], {"tenant_id": tenant_id}).fetchone()[0])
+
+    def revoke_principal(self, tenant_id: str, principal_id: str, actor: str, now_us: int) -> str:
+        """Revoke a principal's token and audit it. Returns ``revoked``, ``absent`` (no such live
+        principal of this tenant) or ``last-admin`` (refused: the tenant would have no admin left)."""
+        with self.engine.write() as c:
+            row = c.execute(self.q["trust_get_principal"], {"tenant_id": tenant_id, "id": principal_id}).fetchone()
+            if row is None or row[5] is not None:
+                return "absent"
+            p = _principal(row)
+            if "admin" in p.roles:
+                admins = [r[0] for r in c.execute(self.q["trust_live_admins"], {"tenant_id": tenant_id})
+                          if "admin" in str(r[1]).split(",")]
+                if admins == [principal_id]:
+                    return "last-admin"
+            n = c.execute(self.q["trust_revoke_principal"],
+                          {"tenant_id": tenant_id, "id": principal_id, "now_us": now_us}).rowcount
+            if n != 1:
+                return "absent"
+            self._append_audit(c, tenant_id, actor, "principal.revoke", now_us,
+                               {"principal_id": p.id, "name": p.name, "roles": sorted(p.roles)},
+                               {"principal_id": p.id, "revoked": True})
+        return "revoked"
+
+    # --- targets --------------------------------------------------------------------------------
+
+    def count_targets(self, tenant_id: str) -> int:
+        with self.engine.read() as c:
+            return int(c.execute(self.q["trust_count_targets"], {"tenant_id": tenant_id}).fetchone()[0])
+
+    def create_target_audited(self, t: Target, actor: str) -> None:
+        """Insert a target and audit it (URL and kind only: never the secret), in one transaction."""
+        with self.engine.write() as c:
+            c.execute(self.q["insert_target"], {
+                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": t.secret,
+                "verification_state": t.verification_state, "verification_token": t.verification_token,
+                "created_us": t.created_us})
+            self._append_audit(c, t.tenant_id, actor, "target.create", t.created_us, None,
+                               {"target_id": t.id, "kind": t.kind, "url": t.url})
+
+    def delete_target_audited(self, tenant_id: str, target_id: str, actor: str, now_us: int) -> str:
+        """Soft-delete a target and audit it. Returns ``deleted``, ``absent`` or ``in-use:<trigger id>``."""
+        with self.engine.write() as c:
+            row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
+            if row is None or row[1] != tenant_id or row[9] is not None:
+                return "absent"
+            used = c.execute(self.q["target_in_use"], {"tenant_id": tenant_id, "target_id": target_id}).fetchone()
+            if used:
+                return f"in-use:{used[0]}"
+            n = c.execute(self.q["delete_target"], {"tenant_id": tenant_id, "id": target_id,
+                                                    "now_us": now_us}).rowcount
+            if n != 1:
+                return "absent"
+            self._append_audit(c, tenant_id, actor, "target.delete", now_us,
+                               {"target_id": target_id, "url": row[3], "verification": row[4]}, None)
+        return "deleted"
+
+    def target_trust(self, target_id: str) -> TargetTrust | None:
+        """The verification state of a target (any tenant's, deleted ones too): the dispatch check."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
+        return TargetTrust(*row) if row else None
+
+    def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
+                                expires_us: int | None, error: str | None, actor: str, now_us: int) -> bool:
+        """Record a verification outcome (and audit the change of state), in one transaction.
+        False when the tenant has no such live target."""
+        with self.engine.write() as c:
+            row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
+            if row is None or row[1] != tenant_id or row[9] is not None:
+                return False
+            n = c.execute(self.q["trust_set_verification"], {
+                "state": state, "verified_us": verified_us, "expires_us": expires_us, "error": error,
+                "tenant_id": tenant_id, "id": target_id}).rowcount
+            if n != 1:
+                return False
+            self._append_audit(c, tenant_id, actor, "target.verify", now_us,
+                               {"target_id": target_id, "state": row[4], "expires_us": row[7]},
+                               {"target_id": target_id, "state": state, "expires_us": expires_us,
+                                "error": error})
+        return True
+
+    # --- triggers -------------------------------------------------------------------------------
+
+    def count_live_triggers(self, tenant_id: str) -> int:
+        with self.engine.read() as c:
+            return int(c.execute(self.q["trust_count_live_triggers"], {"tenant_id": tenant_id}).fetchone()[0])
+
+    # --- tenant data keys -----------------------------------------------------------------------
+
+    def tenant_wrapped_key(self, tenant_id: str) -> tuple[bool, bytes | None]:
+        """``(tenant is live, its wrapped data key or None)``; an unknown tenant is ``(False, None)``."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["trust_tenant_key"], {"id": tenant_id}).fetchone()
+        if row is None:
+            return False, None
+        return row[0] is None, None if row[1] is None else bytes(row[1])
+
+    def install_tenant_key(self, tenant_id: str, wrapped: bytes) -> bytes | None:
+        """Install ``wrapped`` as the tenant's data key unless one exists (compare-and-set); return the
+        key in force afterwards (None: the tenant is deleted or unknown)."""
+        with self.engine.write() as c:
+            c.execute(self.q["trust_install_key"], {"id": tenant_id, "wrapped": wrapped})
+            row = c.execute(self.q["trust_tenant_key"], {"id": tenant_id}).fetchone()
+        if row is None or row[0] is not None or row[1] is None:
+            return None
+        return bytes(row[1])
+
+    # --- deletion and purge ---------------------------------------------------------------------
+
+    def delete_tenant(self, tenant_id: str, actor: str, now_us: int) -> dict[str, int] | None:
+        """Delete a tenant at once: destroy its data key, revoke its principals, stop its triggers
+        and skip its live fires (cause recorded), audited — one transaction. None when there is no
+        such live tenant."""
+        with self.engine.write() as c:
+            if c.execute(self.q["trust_delete_tenant"], {"id": tenant_id, "now_us": now_us}).rowcount != 1:
+                return None
+            out = {
+                "principals_revoked": c.execute(self.q["trust_revoke_all"],
+                                                {"tenant_id": tenant_id, "now_us": now_us}).rowcount,
+                "triggers_stopped": c.execute(self.q["trust_stop_triggers"],
+                                              {"tenant_id": tenant_id, "now_us": now_us}).rowcount,
+                "fires_skipped": c.execute(self.q["trust_skip_live_fires"], {
+                    "tenant_id": tenant_id, "now_us": now_us,
+                    "cause": "skipped: the tenant was deleted"}).rowcount,
+            }
+            c.execute(self.q["trust_delete_due_of_tenant"], {"tenant_id": tenant_id})
+            c.execute(self.q["bump_definitions"])
+            self._append_audit(c, tenant_id, actor, "tenant.delete", now_us, {"tenant_id": tenant_id},
+                               {"tenant_id": tenant_id, "data_key": "destroyed", **out})
+        return out
+
+    def _tenant_tables(self, c: Any) -> list[str]:
+        names = [str(r[0]) for r in c.execute(self.q["trust_tenant_tables_sqlite"]).fetchall()]
+        if self.engine.name == "sqlite":
+            names = [n for n in names
+                     if any(col[1] == "tenant_id" for col in c.execute(f'PRAGMA table_info("{n}")').fetchall())]
+        return sorted(set(names))
+
+    def purge_deleted_tenants(self, cutoff_us: int, now_us: int, limit: int = 10) -> list[dict[str, Any]]:
+        """Purge tenants deleted at or before ``cutoff_us``: per trigger, count its fires per day and
+        state into ``fire_counts`` and delete its fires, attempts and outcomes (one transaction per
+        trigger); then delete every other row of the tenant (definitions, targets, principals and
+        any table with a ``tenant_id`` column except the audit and the counts) and scrub the
+        tenant's name. Idempotent; returns one summary per purged tenant."""
+        with self.engine.read() as c:
+            ids = [str(r[0]) for r in c.execute(self.q["trust_tenants_to_purge"],
+                                                {"cutoff_us": cutoff_us, "limit": limit}).fetchall()]
+        done = []
+        for tenant_id in ids:
+            with self.engine.read() as c:
+                triggers = [str(r[0]) for r in c.execute(self.q["trust_triggers_of_tenant"],
+                                                         {"tenant_id": tenant_id}).fetchall()]
+            fires = 0
+            for trigger_id in triggers:
+                key = {"tenant_id": tenant_id, "trigger_id": trigger_id}
+                with self.engine.write() as c:
+                    c.execute(self.q["trust_count_fires_into"], key)
+                    c.execute(self.q["trust_purge_attempts"], key)
+                    c.execute(self.q["trust_purge_outcomes"], key)
+                    fires += c.execute(self.q["trust_purge_fires"], key).rowcount
+            with self.engine.write() as c:
+                tables = self._tenant_tables(c)
+                others = [t for t in tables if t not in _KEPT_TABLES and t not in _PURGE_ORDER]
+                rows = 0
+                for table in [*others, *(t for t in _PURGE_ORDER if t in tables)]:
+                    rows += c.execute(f'DELETE FROM "{table}" WHERE tenant_id = :tenant_id'
+                                      if self.engine.name == "sqlite" else
+                                      f'DELETE FROM "{table}" WHERE tenant_id = %(tenant_id)s',
+                                      {"tenant_id": tenant_id}).rowcount
+                c.execute(self.q["trust_scrub_tenant"], {"id": tenant_id, "now_us": now_us})
+                summary = {"tenant_id": tenant_id, "triggers": len(triggers), "fires": fires, "rows": rows}
+                self._append_audit(c, tenant_id, "system:purge", "tenant.purge", now_us, None, summary)
+            done.append(summary)
+        return done
+
+    def fire_counts(self, tenant_id: str) -> list[tuple[int, str, int]]:
+        """The non-identifying per-day fire counts kept for a purged tenant: ``(day, state, n)``."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["trust_fire_counts"], {"tenant_id": tenant_id}).fetchall()
+        return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+
+__all__ = ["DAY_US", "GENESIS_HASH", "AuditEntry", "TargetTrust", "TrustMixin", "canonical", "chain_hash"]

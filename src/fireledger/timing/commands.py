@@ -1,0 +1,247 @@
+"""Operator commands of the timing plane (they talk to the store directly):
+
+    fireledger due-index rebuild --db URL [--json]     replace the due index with what the registry implies
+    fireledger due-index report  --db URL [--json]     the shadow rebuilder's latest findings
+    fireledger partitions show   --db URL [--json]     partition count, lease holders, repartition state
+    fireledger partitions set N  --db URL [--json]     change the partition count on a running cluster
+
+``due-index rebuild`` computes every row with the same function as the shadow rebuilder
+(:func:`fireledger.timing.shadow.expected_next`) and replaces the index one partition per
+transaction (with a progress bar on stderr), so running timing nodes never see it empty; the fire key
+makes a decision racing the rebuild harmless. ``partitions set`` records the count, resizes the lease
+and shadow tables and rewrites every trigger's stored partition in batches (see docs/operations.md).
+
+Bad input prints one line ``fireledger: <command>: <field>: <problem>`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+_DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
+Db = Annotated[str, typer.Option("--db", help=_DB_HELP, envvar="FIRELEDGER_DB")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
+
+due_index_app = typer.Typer(help="The due index (a projection of the registry): rebuild, shadow report.",
+                            no_args_is_help=True, rich_markup_mode=None)
+partitions_app = typer.Typer(help="The partition keyspace of the timing plane.", no_args_is_help=True,
+                             rich_markup_mode=None)
+
+
+def _iso(us: int | None) -> str | None:
+    from fireledger.domain.keys import from_us
+    from fireledger.recurrence import format_instant
+
+    return None if us is None else format_instant(from_us(us))
+
+
+def _open(db: str) -> Any:
+    from fireledger.cli import fail
+    from fireledger.control.operator import OperatorError, open_store
+
+    if db.startswith("sqlite:"):
+        from fireledger.store.engine import engine_for_url
+
+        try:
+            path = engine_for_url(db).path  # type: ignore[attr-defined]
+        except Exception as exc:
+            fail(str(exc))
+        if not Path(path).exists():
+            fail(f"--db: no database at {path} (start the service once, or check the path)")
+    try:
+        return open_store(db)
+    except OperatorError as exc:
+        fail(str(exc))
+
+
+def _db_errors(exc: Exception) -> None:
+    """Turn a store or database error into one line and exit 2 (never a traceback); re-raise others."""
+    from fireledger.cli import fail
+    from fireledger.store import StoreError
+
+    if isinstance(exc, StoreError):
+        fail(str(exc))
+    if type(exc).__module__.split(".")[0] in ("psycopg", "sqlite3"):
+        first = (str(exc).strip().splitlines() or [""])[0]
+        fail(f"--db: the database refused the operation ({type(exc).__name__}: {first}); nothing was "
+             "left half-done: run the command again")
+    raise exc
+
+
+def _progress() -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+@due_index_app.command("rebuild")
+def rebuild_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False) -> None:
+    """Replace the due index with the rows the registry and the ledger imply (one transaction per
+    partition; safe while timing nodes run)."""
+    from fireledger.timing.shadow import rebuild, rebuild_partitions
+
+    store = _open(db)
+    try:
+        parts = rebuild_partitions(store)
+        with _progress() as progress:
+            task = progress.add_task("rebuilding the due index", total=len(parts))
+            stats = rebuild(store, on_partition=lambda s: progress.advance(task))
+    except Exception as exc:
+        _db_errors(exc)
+    finally:
+        store.close()
+    out = {"partitions": len(stats), "triggers": sum(s.triggers for s in stats), "rows": sum(s.rows for s in stats),
+           "added": sum(s.added for s in stats), "removed": sum(s.removed for s in stats),
+           "changed": sum(s.changed for s in stats)}
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(f"rebuilt the due index over {out['partitions']} partitions: {out['rows']} rows for "
+               f"{out['triggers']} triggers ({out['added']} added, {out['removed']} removed, "
+               f"{out['changed']} changed; every other row was already right)")
+
+
+@due_index_app.command("report")
+def report_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False,
+               limit: Annotated[int, typer.Option("--limit", help="Divergent rows to list (0-100000).")] = 50) -> None:
+    """The shadow rebuilder's latest report: per partition when it was checked and what diverged."""
+    from fireledger.cli import fail
+    from fireledger.store.leases import DIVERGENCE_KINDS
+
+    if not 0 <= limit <= 100_000:
+        fail(f"--limit: {limit} is out of range 0-100000")
+    store = _open(db)
+    try:
+        n = store.partition_count()
+        reports = [r for r in store.shadow_reports() if r.partition < n]
+        divs = store.shadow_divergences()
+    except Exception as exc:
+        _db_errors(exc)
+    finally:
+        store.close()
+    checked = [r for r in reports if r.reported_us]
+    out: dict[str, Any] = {
+        "partitions": n,
+        "checked": len(checked),
+        "never_checked": n - len(checked),
+        "oldest_report": _iso(min((r.reported_us for r in checked), default=None)),
+        "newest_report": _iso(max((r.reported_us for r in checked), default=None)),
+        "triggers": sum(r.triggers for r in checked),
+        "divergent": sum(r.divergent for r in checked),
+        "by_kind": {k: sum(r.count(k) for r in checked) for k in DIVERGENCE_KINDS},
+        "repartition_pending": sum(r.repartition_pending for r in checked),
+        "divergences": [{"partition": d.partition, "trigger_id": d.trigger_id, "kind": d.kind,
+                         "live_next": _iso(d.live_next_us), "live_version": d.live_version,
+                         "expected_next": _iso(d.expected_next_us), "expected_version": d.expected_version,
+                         "reported_at": _iso(d.reported_us), "node": d.node} for d in divs[:limit]],
+    }
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    c.print(f"shadow rebuilder: {out['checked']} of {n} partitions checked "
+            f"(oldest report {out['oldest_report'] or '-'}, newest {out['newest_report'] or '-'}); "
+            f"{out['triggers']} triggers, {out['divergent']} divergent rows"
+            + (f", {out['repartition_pending']} awaiting repartition" if out["repartition_pending"] else ""))
+    if divs:
+        t = Table(title=f"divergent rows ({min(len(divs), limit)} of {len(divs)} listed)")
+        for col in ("partition", "trigger", "kind", "live next", "expected next"):
+            t.add_column(col)
+        for d in divs[:limit]:
+            t.add_row(str(d.partition), d.trigger_id, d.kind, f"{_iso(d.live_next_us) or '-'} v{d.live_version}",
+                      f"{_iso(d.expected_next_us) or '-'} v{d.expected_version}")
+        c.print(t)
+
+
+@partitions_app.command("show")
+def partitions_show_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False) -> None:
+    """The partition count, who holds the leases, and how much is left to repartition."""
+    from fireledger.clock import SystemClock
+
+    store = _open(db)
+    try:
+        n = store.partition_count()
+        leases = [lease for lease in store.lease_table() if lease.partition < n]
+        out_of_range = store.count_out_of_range(n)
+        pending = sum(r.repartition_pending for r in store.shadow_reports() if r.partition < n)
+    except Exception as exc:
+        _db_errors(exc)
+    finally:
+        store.close()
+    now = SystemClock().now().earliest_us
+    held: dict[str, int] = {}
+    for lease in leases:
+        if lease.owner is not None and lease.expires_us >= now:
+            held[lease.owner] = held.get(lease.owner, 0) + 1
+    out = {"partitions": n, "held": dict(sorted(held.items())), "unheld": n - sum(held.values()),
+           "stored_out_of_range": out_of_range, "repartition_pending": pending}
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(f"{n} partitions; {sum(held.values())} held by {len(held)} node(s), {out['unheld']} not held")
+    for owner, k in sorted(held.items()):
+        typer.echo(f"  {owner}: {k}")
+    if out_of_range or pending:
+        typer.echo(f"repartition unfinished: {out_of_range} triggers stored under a partition ≥ {n}, "
+                   f"{pending} reported by the shadow rebuilder; run `fireledger partitions set {n}` again")
+
+
+@partitions_app.command("set")
+def partitions_set_cmd(count: Annotated[int, typer.Argument(help="The new partition count (1-65536).")],
+                       db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False,
+                       batch: Annotated[int, typer.Option(
+                           "--batch", help="Triggers per transaction (1-10000).")] = 1000) -> None:
+    """Change the partition count on a running cluster: record it, resize the lease and shadow
+    tables, then rewrite every trigger's stored partition in batches (idempotent: run it again to
+    finish an interrupted change)."""
+    from fireledger.cli import fail
+    from fireledger.control.partition import partition_of
+
+    if not 1 <= count <= 65536:
+        fail(f"COUNT: {count} is out of range 1-65536")
+    if not 1 <= batch <= 10_000:
+        fail(f"--batch: {batch} is out of range 1-10000")
+    store = _open(db)
+    try:
+        old = store.set_partition_count(count)
+        total = store.count_triggers()
+        seen = moved = 0
+        after = ""
+        with _progress() as progress:
+            task = progress.add_task(f"repartitioning {old} → {count}", total=total)
+            while True:
+                after, k, m = store.repartition_batch(after, batch, lambda tid: partition_of(tid, count))
+                seen += k
+                moved += m
+                progress.advance(task, k)
+                if k < batch:
+                    break
+        left = store.count_out_of_range(count)
+    except Exception as exc:
+        _db_errors(exc)
+    finally:
+        store.close()
+    out = {"previous": old, "partitions": count, "triggers": seen, "moved": moved, "stored_out_of_range": left}
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(f"partition count {old} → {count}: {moved} of {seen} triggers moved to their new partition"
+               + (f"; {left} created meanwhile still out of range: run this command again" if left else ""))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``due-index`` and ``partitions`` to the ``fireledger`` app."""
+    app.add_typer(due_index_app, name="due-index")
+    app.add_typer(partitions_app, name="partitions")
+
+
+__all__ = ["due_index_app", "partitions_app", "register"]

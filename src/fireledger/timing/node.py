@@ -1,0 +1,243 @@
+"""A timing node: the loop with its lease manager, shadow rebuilder and definition listener.
+
+``TimingNode.build(store, clock, node_id)`` assembles what a ``fireledger timing`` (or ``serve``)
+process runs:
+
+* the :class:`~fireledger.timing.loop.TimingLoop` (its clock wrapped in a
+  :class:`~fireledger.timing.clockguard.StepGuardClock`);
+* on PostgreSQL a :class:`~fireledger.timing.leases.LeaseManager` on its own thread, so the loop
+  claims only the partitions this node holds; on SQLite (the embedded default: one process) the
+  loop owns every partition. ``FIRELEDGER_TIMING_LEASES=1`` / ``0`` forces either;
+* a :class:`~fireledger.timing.shadow.ShadowRebuilder` on its own thread (both engines);
+* on PostgreSQL a :class:`DefinitionListener`: ``LISTEN fireledger_definitions`` (notified by the
+  store's definition counter, migration 0002) wakes the loop the moment a trigger is created,
+  amended, paused or resumed by any control process; the loop's capped sleep stays the fallback.
+
+Each thread uses its own store connection. ``stop()`` stops the loop; ``run()`` then stops the
+threads and releases every lease at once (a clean stop hands over without waiting for expiry).
+
+A ``fireledger timing`` process has no HTTP API; ``FIRELEDGER_METRICS_LISTEN=HOST:PORT`` serves this
+process's own metrics (ε and shedding, partitions owned, lease takeovers, shadow divergence) in the
+Prometheus text format at ``http://HOST:PORT/metrics`` — also while the node sheds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fireledger.clock import Clock
+from fireledger.domain.model import NewFire
+from fireledger.store import SqlStore, StoreError
+
+from .clockguard import StepGuardClock
+from .leases import LeaseManager, LeaseSettings
+from .loop import TimingLoop
+from .shadow import ShadowRebuilder, ShadowSettings
+
+log = logging.getLogger("fireledger.timing")
+
+CHANNEL = "fireledger_definitions"
+
+
+class DefinitionListener:
+    """``LISTEN`` for definition changes on a dedicated PostgreSQL connection; ``on_change()`` per
+    notification. Reconnects after an error (the loop's capped sleep covers the gap)."""
+
+    def __init__(self, url: str, on_change: Callable[[], None], channel: str = CHANNEL) -> None:
+        self.url = url
+        self.on_change = on_change
+        self.channel = channel
+        self.received = 0
+        self.listening = threading.Event()
+
+    def run(self, stop: threading.Event) -> None:
+        import psycopg
+
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {self.channel}")
+                    self.listening.set()
+                    while not stop.is_set():
+                        for _ in conn.notifies(timeout=1.0):
+                            self.received += 1
+                            self.on_change()
+            except Exception as exc:
+                self.listening.clear()
+                log.warning("definition listener: %s; reconnecting (the loop still polls)", exc)
+                stop.wait(1.0)
+
+
+class ServerClockProbe:
+    """``SELECT clock_timestamp()`` for the clock cross-check over one dedicated connection.
+
+    (``store.server_time_us`` from the cross-check's probe threads would open a new thread-local
+    connection per probe and keep it.) Only one probe runs at a time; a probe that finds another in
+    flight fails fast and the cross-check keeps its last measurement."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._conn: Any = None
+
+    def __call__(self) -> int:
+        if self.store.engine_name != "postgres":
+            return self.store.server_time_us()
+        import psycopg
+
+        if not self._lock.acquire(timeout=5.0):
+            raise StoreError("a clock probe is already in flight")
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(getattr(self.store.engine, "url", ""), autocommit=True,
+                                             connect_timeout=5)
+            try:
+                row = self._conn.execute(self.store.q["server_time_us"]).fetchone()
+            except Exception:
+                self._conn.close()
+                self._conn = None
+                raise
+            return int(row[0])
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "auto"):
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}: {raw!r} is not one of 1, 0, auto")
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: {raw!r} is not a number of seconds") from None
+    if v <= 0:
+        raise ValueError(f"{name}: must be positive, got {raw}")
+    return v
+
+
+class TimingNode:
+    """The timing plane of one process (see the module docstring)."""
+
+    def __init__(self, store: SqlStore, loop: TimingLoop, *, leases: LeaseManager | None,
+                 shadow: ShadowRebuilder | None, listener: DefinitionListener | None) -> None:
+        self.store = store
+        self.loop = loop
+        self.leases = leases
+        self.shadow = shadow
+        self.listener = listener
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._metrics_server: Any = None
+
+    @classmethod
+    def build(cls, store: SqlStore, clock: Clock, node_id: str, *,
+              on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
+              lease_settings: LeaseSettings | None = None, shadow_settings: ShadowSettings | None = None,
+              leases: bool | None = None, shadow: bool | None = None, listen: bool | None = None) -> TimingNode:
+        """Assemble a node; ``None`` flags follow the engine and the environment (module docstring).
+        Bad settings in the environment raise ``ValueError`` naming the variable."""
+        pg = store.engine_name == "postgres"
+        use_leases = _flag("FIRELEDGER_TIMING_LEASES", pg) if leases is None else leases
+        use_shadow = _flag("FIRELEDGER_SHADOW", True) if shadow is None else shadow
+        use_listen = pg if listen is None else (listen and pg)
+        guarded = StepGuardClock(clock)
+        settings = lease_settings or LeaseSettings.from_env()
+        manager = LeaseManager(store, guarded, node_id, settings) if use_leases else None
+        loop = TimingLoop(store, guarded, node_id, on_committed=on_committed, leases=manager,
+                          eps_ceiling_us=settings.eps_ceiling_us)
+        if manager is not None:
+            manager.on_change = loop.wake_threadsafe
+        rebuilder = None
+        if use_shadow:
+            st = shadow_settings or ShadowSettings(_seconds("FIRELEDGER_SHADOW_INTERVAL_S", 1.0))
+            rebuilder = ShadowRebuilder(store, guarded, node_id, st)
+        listener = None
+        if use_listen:
+            listener = DefinitionListener(getattr(store.engine, "url", ""), loop.wake_threadsafe)
+        store.ensure_partitions()
+        node = cls(store, loop, leases=manager, shadow=rebuilder, listener=listener)
+        node.serve_metrics()
+        return node
+
+    @property
+    def node_id(self) -> str:
+        return self.loop.node_id
+
+    def wake(self) -> None:
+        """A definition changed in this process: re-read the due index now (event-loop thread)."""
+        self.loop.wake()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def _start(self, name: str, target: Callable[[threading.Event], None]) -> None:
+        t = threading.Thread(target=target, args=(self._stop,), name=f"timing-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def serve_metrics(self) -> tuple[str, int] | None:
+        """Serve this process's metrics when ``FIRELEDGER_METRICS_LISTEN`` is set; returns the address."""
+        listen = os.environ.get("FIRELEDGER_METRICS_LISTEN", "").strip()
+        if not listen:
+            return None
+        host, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"FIRELEDGER_METRICS_LISTEN: {listen!r} is not HOST:PORT")
+        from prometheus_client import start_http_server
+
+        from fireledger.observe.metrics import METRICS
+
+        try:
+            server, _thread = start_http_server(int(port), host.strip("[]") or "127.0.0.1",
+                                                registry=METRICS.registry)
+        except OSError as exc:
+            raise ValueError(f"FIRELEDGER_METRICS_LISTEN: cannot listen on {listen}: {exc.strerror}") from None
+        self._metrics_server = server
+        log.info("timing node %s serves its metrics at http://%s:%s/metrics", self.node_id, host, port)
+        return host, int(port)
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; then stop the threads and release every lease."""
+        if self.leases is not None:
+            self._start("leases", self.leases.run)
+        if self.shadow is not None:
+            self._start("shadow", self.shadow.run)
+        if self.listener is not None:
+            self._start("listen", self.listener.run)
+        log.info("timing node %s: %s, shadow rebuilder %s, definition notifications %s", self.node_id,
+                 "partition leases" if self.leases is not None else "every partition (single node)",
+                 "on" if self.shadow is not None else "off", "on" if self.listener is not None else "off")
+        try:
+            await self.loop.run()
+        finally:
+            self._stop.set()
+            for t in self._threads:
+                t.join(timeout=5)
+            if self.leases is not None:
+                self.leases.stop()
+            if self._metrics_server is not None:
+                self._metrics_server.shutdown()
+
+
+__all__ = ["CHANNEL", "DefinitionListener", "ServerClockProbe", "TimingNode"]
