@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib import resources
 from typing import Any
 from urllib.parse import urlparse
@@ -40,7 +41,9 @@ def migration_files(engine: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-class Engine:
+class Engine(ABC):
+    """How to reach one database engine; subclasses: SQLite and PostgreSQL."""
+
     name: str
 
     @property
@@ -51,22 +54,21 @@ class Engine:
             cached = self._q = queries.for_engine(self.name)
         return cached
 
+    @abstractmethod
     def connection(self) -> Any:
-        raise NotImplementedError
+        """This thread's connection (opened on first use)."""
 
-    @contextmanager
-    def write(self) -> Iterator[Any]:
+    @abstractmethod
+    def write(self) -> AbstractContextManager[Any]:
         """A write transaction on this thread's connection; commits on exit, rolls back on error."""
-        raise NotImplementedError
-        yield
 
-    @contextmanager
-    def read(self) -> Iterator[Any]:
-        raise NotImplementedError
-        yield
+    @abstractmethod
+    def read(self) -> AbstractContextManager[Any]:
+        """This thread's connection for reads (autocommit snapshot per statement)."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Close every connection this engine opened."""
 
 
 class SqliteEngine(Engine):
