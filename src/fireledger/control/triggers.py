@@ -6,8 +6,8 @@ timing loop wakes at once. Schedules are compiled by :mod:`fireledger.recurrence
 the timing loop — and stored *normalised* (``rec.spec()``: an interval carries its anchor), so every
 later computation from a version is deterministic.
 
-``POST /v1/triggers/{id}/run`` (manual fire) is deliberately absent: a later issue adds it together
-with the ``backfill`` lane; until then the route does not exist (404), rather than answering 501.
+``POST /v1/triggers/{id}/run`` commits one ``manual`` fire now (its own key: the request's instant
+with sequence 1, so it never collides with a scheduled fire of the same instant) and audits it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from fastapi import APIRouter, Depends, Query, Response
 from fireledger.definitions import next_us, recurrence_of
 from fireledger.domain.keys import FireKey, from_us, new_id, to_us
 from fireledger.domain.model import (
+    FireKind,
+    FireState,
+    Lane,
     MissedFirePolicy,
+    NewFire,
     OverlapPolicy,
     Policies,
     Principal,
@@ -364,6 +368,31 @@ def resume_trigger(trigger_id: str, principal: Principal = Depends(require("auth
         raise conflict("the trigger changed meanwhile; read it again and retry")
     _changed(ctx)
     return _view(ctx, principal, trigger_id)
+
+
+@router.post("/{trigger_id}/run", status_code=201,
+             responses={404: {"model": Problem}, 409: {"model": Problem}},
+             summary="Run now: commit one manual fire (kind manual, its own key), dispatched at once")
+def run_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
+                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
+    found = _lookup(ctx, principal, trigger_id)
+    if found.trigger.state != TriggerState.ACTIVE:
+        raise conflict(f"the trigger is {found.trigger.state.value}, not active")
+    # The clock's earliest bound: dispatching at once can never precede the fire's own instant.
+    now_us = ctx.clock.now().earliest_us
+    fire = NewFire(tenant_id=principal.tenant_id, trigger_id=trigger_id, scheduled_us=now_us, seq=1,
+                   version=found.trigger.current_version, kind=FireKind.MANUAL, lane=Lane.ON_TIME,
+                   state=FireState.PENDING, decided_us=now_us, tzdata_version=TZDATA_VERSION,
+                   decided_by=f"control:{principal.id}")
+    if not ctx.store.insert_fires([fire]):
+        raise conflict("a manual fire was already recorded for this instant; retry")
+    key = FireKey(principal.tenant_id, trigger_id, now_us, 1)
+    ctx.store.append_audit(principal.tenant_id, principal.id, "trigger.run", now_us, None,
+                           {"trigger_id": trigger_id, "fire_key": str(key)})
+    _changed(ctx)
+    stored = ctx.store.get_fire(key)
+    assert stored is not None
+    return history.history_item(stored)
 
 
 @router.get("/{trigger_id}/preview", response_model=Preview, responses={404: {"model": Problem}},

@@ -21,6 +21,7 @@ from fireledger.domain.model import (
     DueRow,
     Fire,
     MissedFirePolicy,
+    NewFire,
     OverlapPolicy,
     Policies,
     Principal,
@@ -375,6 +376,23 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
                     inserted = []
                 outcomes.append(ClaimOutcome(a.trigger_id, advanced, tuple(inserted)))
         return outcomes
+
+    def insert_fires(self, fires: Sequence[NewFire]) -> list[NewFire]:
+        """Commit fires that advance no due row (manual runs) in one transaction; returns those
+        inserted — a fire whose key exists already inserts nothing (decided elsewhere)."""
+        inserted = []
+        with self.engine.write() as c:
+            for f in fires:
+                n = c.execute(self.q["insert_fire"], {
+                    "tenant_id": f.tenant_id, "trigger_id": f.trigger_id, "scheduled_us": f.scheduled_us,
+                    "seq": f.seq, "version": f.version, "kind": f.kind.value, "lane": f.lane.value,
+                    "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us,
+                    "decided_by": f.decided_by, "finished_us": None, "tzdata_version": f.tzdata_version,
+                    "next_attempt_us": f.not_before_us if f.not_before_us is not None else f.decided_us,
+                }).rowcount
+                if _one(n, "insert_fire"):
+                    inserted.append(f)
+        return inserted
 
     # --- dispatch -------------------------------------------------------------------------------
 
