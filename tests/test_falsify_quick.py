@@ -13,4 +13,4 @@ SCENARIOS = list(discover(quick=True))
 @pytest.mark.parametrize(("name", "fn"), SCENARIOS, ids=[n for n, _ in SCENARIOS])
 def test_quick_scenario_passes(name, fn):
     res = run_one(name, fn)
-    assert res["passed"], res
+    assert res["passed"], (res.get("failures") or res.get("error"), res)

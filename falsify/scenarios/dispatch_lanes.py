@@ -49,6 +49,13 @@ def _attempt_starts(store: Any) -> list[tuple[str, str, str, int, int]]:
     return [(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows]
 
 
+#: Attempt starts are stamped by the dispatcher's clock when it claims, a little after the bucket
+#: admits them, so a paced lane can *measure* a hair over its rate over a handful of intervals
+#: (e.g. 3 intervals in 0.2999 s = 10.003/s). 2 % covers that stamp jitter; a lane that ignored its
+#: pace would measure many times over it.
+MEASURE_TOLERANCE = 1.02
+
+
 def _rate(starts: list[int]) -> float:
     """Attempts per second between the first and the last start (n − 1 intervals)."""
     if len(starts) < 2 or starts[-1] == starts[0]:
@@ -175,11 +182,11 @@ def saturation(scale: int) -> dict[str, Any]:
         rates = {tid: _rate([s for t, s in cu if t == tid]) for tid in plan["catch-up"]}
         out["catch_up_rate_max_per_s"] = round(max(rates.values()), 3)
         out["catch_up_cap_per_s"] = 10.0
-        if max(rates.values()) > 10.0:
+        if max(rates.values()) > 10.0 * MEASURE_TOLERANCE:
             failures.append(f"catch-up drained at {max(rates.values()):.2f}/s > 10 % of the quota")
         bf = {tid: _rate([s for t, s in by_class["backfill"] if t == tid]) for tid in plan["backfill"]}
         out["backfill_rate_max_per_s"] = round(max(bf.values()), 3)
-        if max(bf.values()) > 10.0:
+        if max(bf.values()) > 10.0 * MEASURE_TOLERANCE:
             failures.append(f"backfill drained at {max(bf.values()):.2f}/s > 10 % of the quota")
         out["attempts"] = len(starts)
         out["plane_slots"] = 4
@@ -236,7 +243,7 @@ def catch_up_cap(n: int) -> dict[str, Any]:
         for s in starts:
             per_trigger.setdefault(s[1], []).append(s[3])
         out["oldest_first_within_trigger"] = all(v == sorted(v) for v in per_trigger.values())
-        if rate > 10.0:
+        if rate > 10.0 * MEASURE_TOLERANCE:
             failures.append(f"catch-up drained at {rate:.3f}/s, over 10 % of the 100/s quota")
         if rate < 8.0:
             failures.append(f"catch-up drained at {rate:.3f}/s, well under its cap (10/s): starved?")
