@@ -51,3 +51,25 @@ def add_trigger(store: SqlStore, tenant: Tenant, target: Target, schedule: dict[
     first = next_us(rec, now_us)
     store.create_trigger(trig, v, first)
     return trig, v, first
+
+
+async def run_planes_until(planes: Any, predicate: Any, timeout_s: float) -> None:
+    """Run each plane's ``run()`` until ``predicate()`` holds (polled with a deadline), then stop
+    them all; a plane that crashes fails the wait with its own exception."""
+    import asyncio
+    import time
+
+    tasks = [asyncio.create_task(p.run()) for p in planes]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError("condition not met in time")
+            for t in tasks:
+                if t.done():
+                    t.result()
+            await asyncio.sleep(0.02)   # poll interval, bounded by the deadline above
+    finally:
+        for p in planes:
+            p.stop()
+        await asyncio.gather(*tasks)

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from fireledger.receiver import Receiver, ReceiverError
 from fireledger.recurrence import format_instant
 from fireledger.timing import TimingLoop
 from sink import SinkServer
-from storekit import add_target, add_tenant, add_trigger, open_store
+from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 S = 1_000_000
@@ -54,23 +53,7 @@ def sink():
 
 
 def run_until(planes, predicate, timeout_s: float) -> None:
-    async def main() -> None:
-        tasks = [asyncio.create_task(p.run()) for p in planes]
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not predicate():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("condition not met in time")
-                for t in tasks:
-                    if t.done():
-                        t.result()
-                await asyncio.sleep(0.02)
-        finally:
-            for p in planes:
-                p.stop()
-            await asyncio.gather(*tasks)
-
-    asyncio.run(main())
+    asyncio.run(run_planes_until(planes, predicate, timeout_s))
 
 
 def at_spec(clock, ahead_s: int = 1) -> dict[str, str]:
@@ -108,6 +91,7 @@ def test_internal_targets_outcomes(sqlite_store):
     reg = InternalRegistry()
     calls: list[Any] = []
     flaky_seen: dict[str, int] = {}
+    released = threading.Event()
 
     def ok(call):
         calls.append(call)
@@ -124,7 +108,8 @@ def test_internal_targets_outcomes(sqlite_store):
             raise RuntimeError("transient, with payload text that must not be recorded")
 
     def slow(call):
-        time.sleep(2.5)
+        # A target that overruns its timeout: it blocks (bounded) until the test releases it.
+        released.wait(2.5)
 
     t = add_tenant(store)
     other = add_tenant(store, "other")
@@ -152,7 +137,10 @@ def test_internal_targets_outcomes(sqlite_store):
     def settled():
         return all(state(n) is not None and state(n).state not in ("pending", "dispatching") for n in triggers)
 
-    run_until([d, timing], settled, 30)
+    try:
+        run_until([d, timing], settled, 30)
+    finally:
+        released.set()
     assert state("ok").state == "delivered" and state("async.ok").state == "delivered"
     assert {c.payload["p"] for c in calls} == {"ok", "async.ok", "private"} - {"private"}
     c0 = next(c for c in calls if c.payload["p"] == "ok")

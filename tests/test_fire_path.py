@@ -5,7 +5,6 @@ Webhooks signature and arrives at or after its scheduled instant by the sink's c
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -16,7 +15,7 @@ from fireledger.domain.model import Policies
 from fireledger.recurrence import parse_instant
 from fireledger.timing import TimingLoop
 from sink import SinkServer
-from storekit import add_target, add_tenant, add_trigger, open_store
+from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -38,20 +37,7 @@ def sink():
 
 
 async def _run_until(planes, predicate, timeout_s):
-    tasks = [asyncio.create_task(p.run()) for p in planes]
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError("condition not met in time")
-            for t in tasks:
-                if t.done():
-                    t.result()
-            await asyncio.sleep(0.05)
-    finally:
-        for p in planes:
-            p.stop()
-        await asyncio.gather(*tasks)
+    await run_planes_until(planes, predicate, timeout_s)
 
 
 def test_interval_cron_and_one_shot_are_delivered_signed_and_never_early(store, sink):

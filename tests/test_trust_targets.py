@@ -23,7 +23,7 @@ from fireledger.security.egress import EgressPolicy, EgressRefused, GuardedResol
 from fireledger.security.targets import VERIFICATION_TTL_S, fetch_challenge, forget_cached
 from fireledger.timing import TimingLoop
 from sink import SinkServer
-from storekit import add_target, add_tenant, add_trigger, open_store
+from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 S = 1_000_000
@@ -144,20 +144,7 @@ def test_verify_is_admin_only_and_another_tenants_target_is_absent(api: Api, sin
 
 
 async def _run_until(planes, predicate, timeout_s):
-    tasks = [asyncio.create_task(p.run()) for p in planes]
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError("condition not met in time")
-            for t in tasks:
-                if t.done():
-                    t.result()
-            await asyncio.sleep(0.05)
-    finally:
-        for p in planes:
-            p.stop()
-        await asyncio.gather(*tasks)
+    await run_planes_until(planes, predicate, timeout_s)
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgres"])

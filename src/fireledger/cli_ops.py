@@ -85,22 +85,9 @@ def register(app: typer.Typer) -> None:
     from fireledger.cli import DEFAULT_DB, fail
 
     def open_store(db: str) -> Any:
-        from fireledger.control.operator import OperatorError
-        from fireledger.control.operator import open_store as _open
+        from fireledger.control.operator import open_existing_store
 
-        if db.startswith("sqlite:"):
-            from fireledger.store.engine import engine_for_url
-
-            try:
-                path = engine_for_url(db).path  # type: ignore[attr-defined]
-            except Exception as exc:
-                fail(str(exc))
-            if not Path(path).exists():
-                fail(f"--db: no database at {path} (start the service once, or check the path)")
-        try:
-            return _open(db)
-        except OperatorError as exc:
-            fail(str(exc))
+        return open_existing_store(db, fail)
 
     def instant(text: str, flag: str) -> int:
         try:

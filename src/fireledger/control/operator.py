@@ -6,6 +6,8 @@ Every failure is an :class:`OperatorError` carrying one line for the CLI to prin
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from typing import Any
 
 from fireledger.clock import SystemClock
 from fireledger.store import SqlStore, StoreError
@@ -89,3 +91,25 @@ def db_upgrade(url: str) -> tuple[list[int], int]:
         raise
     finally:
         store.close()
+
+
+def open_existing_store(url: str, fail: Callable[[str], Any]) -> SqlStore:
+    """Open the store for an operator command that reads or repairs an existing deployment: a
+    SQLite URL must name an existing file (never create an empty database by mistyping a path).
+    Problems go to ``fail`` (the CLI's one-line, exit-2 error)."""
+    if url.startswith("sqlite:"):
+        from pathlib import Path
+
+        from fireledger.store.engine import engine_for_url
+
+        try:
+            path = engine_for_url(url).path  # type: ignore[attr-defined]
+        except Exception as exc:
+            fail(str(exc))
+        if not Path(path).exists():
+            fail(f"--db: no database at {path} (start the service once, or check the path)")
+    try:
+        return open_store(url)
+    except OperatorError as exc:
+        fail(str(exc))
+        raise

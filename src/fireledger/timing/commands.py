@@ -17,7 +17,6 @@ Bad input prints one line ``fireledger: <command>: <field>: <problem>`` and exit
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -41,21 +40,9 @@ def _iso(us: int | None) -> str | None:
 
 def _open(db: str) -> Any:
     from fireledger.cli import fail
-    from fireledger.control.operator import OperatorError, open_store
+    from fireledger.control.operator import open_existing_store
 
-    if db.startswith("sqlite:"):
-        from fireledger.store.engine import engine_for_url
-
-        try:
-            path = engine_for_url(db).path  # type: ignore[attr-defined]
-        except Exception as exc:
-            fail(str(exc))
-        if not Path(path).exists():
-            fail(f"--db: no database at {path} (start the service once, or check the path)")
-    try:
-        return open_store(db)
-    except OperatorError as exc:
-        fail(str(exc))
+    return open_existing_store(db, fail)
 
 
 def _db_errors(exc: Exception) -> None:
