@@ -313,3 +313,73 @@ def test_tenants_at_their_in_flight_quota_do_not_crowd_the_window(store):
     rec = Recorder()
     store.claim_shaped(now, "d", {"on-time": 1}, rec, MARGIN)
     assert [f.tenant_id for f in rec.snapshot.candidates["on-time"]] == [ok.id]   # … then it is held
+
+
+def test_a_ranking_cache_serves_several_rounds_in_the_same_fair_order(tmp_path):
+    """SQLite: with a RankCache a large backlog is ranked once for many rounds, and the rounds lease
+    exactly the fires, each once, in the fair order one uncached ranking gives."""
+    from fireledger.store.dispatching import RankCache
+
+    s = open_store("sqlite", tmp_path, None)
+    a = add_tenant(s, "a")
+    b = add_tenant(s, "b")
+    for t in (a, a, b):
+        trig = add_trigger(s, t, add_target(s, t), {"every": "60s"})[0]
+        put_fires(s, trig, [T0 + k * S for k in range(20)])
+    now = T0 + 100 * S
+    rec = Recorder()
+    s.claim_shaped(now, "d", {"on-time": 100}, rec, MARGIN)
+    fair = [(f.trigger_id, f.scheduled_us) for f in rec.snapshot.candidates["on-time"]]
+    assert len(fair) == 60
+    cache = RankCache(max_age_us=10 * S, depth=1000)
+    leased = []
+    for _ in range(12):
+        res = s.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN, cache)
+        leased += [(j.job.fire.trigger_id, j.job.fire.scheduled_us) for j in res.jobs]
+    assert cache.rankings == 1   # twelve rounds, one ranking
+    assert leased == fair
+    assert s.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN, cache).jobs == []
+    s.close()
+
+
+def test_ranking_cache_bounds_staleness_for_fires_committed_after_the_ranking(tmp_path):
+    from fireledger.store.dispatching import RankCache
+
+    s = open_store("sqlite", tmp_path, None)
+    a = add_tenant(s, "a")
+    trig = add_trigger(s, a, add_target(s, a), {"every": "60s"})[0]
+    put_fires(s, trig, [T0 + k * S for k in range(50)])
+    cache = RankCache(max_age_us=2 * S, depth=1000)
+    now = T0 + 100 * S
+    first = s.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN, cache)
+    assert len(first.jobs) == 5 and cache.rankings == 1
+    late = add_trigger(s, a, add_target(s, a), {"every": "60s"})[0]
+    put_fires(s, late, [T0])   # the oldest instant of all, committed after the ranking
+    got = s.claim_shaped(now + S, "d", {"on-time": 5}, shaper(), MARGIN, cache)
+    assert late.id not in {j.job.fire.trigger_id for j in got.jobs} and cache.rankings == 1
+    got = s.claim_shaped(now + 3 * S, "d", {"on-time": 5}, shaper(), MARGIN, cache)   # order now stale
+    assert cache.rankings == 2
+    assert late.id in {j.job.fire.trigger_id for j in got.jobs}
+    s.close()
+
+
+def test_settling_a_batch_with_one_lost_lease_settles_the_others_and_refuses_that_one(store):
+    """settle_dispatch settles a batch in bulk; one stale lease in it must come back False (and its
+    fire stay with the new owner) while the rest settle — the bulk path may not hide the loss."""
+    t = add_tenant(store)
+    trig, _, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"})
+    put_fires(store, trig, [T0 + k * S for k in range(3)])
+    now = T0 + 100 * S
+    jobs = [j.job for j in store.claim_shaped(now, "d1", {"on-time": 10}, shaper(), MARGIN).jobs]
+    assert len(jobs) == 3
+    # The leases lapse and another runner takes one fire (the oldest) as a further attempt.
+    later = max(j.lease_expires_us for j in jobs) + 1
+    again = [j.job for j in store.claim_shaped(later, "d2", {"on-time": 1}, shaper(), MARGIN).jobs]
+    assert [j.fire.scheduled_us for j in again] == [T0]
+    items = [Settlement(j, "delivered", 200, None, "delivered", None, None) for j in jobs]
+    assert store.settle_dispatch(items, later + 1) == [False, True, True]
+    states = {f.scheduled_us: f.state for f in store.list_fires(t.id, trig.id)}
+    assert states == {T0: "dispatching", T0 + S: "delivered", T0 + 2 * S: "delivered"}
+    for j in jobs:   # every attempt row of the batch is finished, the stale one too
+        f = store.get_fire(FireKey(t.id, trig.id, j.fire.scheduled_us, 0))
+        assert f.attempt_list[j.attempt - 1].finished_us == later + 1

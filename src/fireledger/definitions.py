@@ -1,12 +1,14 @@
 """From a stored trigger version to its compiled recurrence, and the next instant in microseconds.
 
 One cache of compiled recurrences per process, keyed by (trigger, version): a version is immutable,
-so the cache needs no invalidation (an amendment is a new key). Used by the timing loop, the control
-plane (first instant, preview) and the shadow rebuilder, so all of them agree by construction.
+so the cache needs no invalidation (an amendment is a new key); identical schedules compile once.
+Used by the timing loop, the control plane (first instant, preview) and the shadow rebuilder, so all
+of them agree by construction.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from threading import Lock
 from typing import Any
@@ -18,6 +20,10 @@ from fireledger.recurrence import Recurrence, compile_spec, next_after
 _CACHE: OrderedDict[tuple[str, int], Recurrence] = OrderedDict()
 _LOCK = Lock()
 _CACHE_MAX = 2_000_000
+# Compiling is pure, so versions with the same stored schedule share one compiled recurrence (a
+# thousand triggers on "0 9 * * 1-5" in one zone compile once; intervals carry their own anchor).
+_BY_SPEC: OrderedDict[str, Recurrence] = OrderedDict()
+_SPEC_MAX = 100_000
 
 
 def compile_schedule(schedule: dict[str, Any]) -> Recurrence:
@@ -36,8 +42,15 @@ def recurrence_for(trigger_id: str, version: int, schedule: dict[str, Any]) -> R
         rec = _CACHE.get(key)
         if rec is not None:
             return rec
-    rec = compile_spec(schedule)
+    spec = json.dumps(schedule, sort_keys=True, separators=(",", ":"))
     with _LOCK:
+        rec = _BY_SPEC.get(spec)
+    if rec is None:
+        rec = compile_spec(schedule)
+    with _LOCK:
+        _BY_SPEC[spec] = rec
+        if len(_BY_SPEC) > _SPEC_MAX:
+            _BY_SPEC.popitem(last=False)
         _CACHE[key] = rec
         if len(_CACHE) > _CACHE_MAX:
             _CACHE.popitem(last=False)

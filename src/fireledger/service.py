@@ -24,6 +24,7 @@ from fireledger.retention import retention_loop
 from fireledger.security.envelope import cipher_for
 from fireledger.security.tenancy import purge_loop
 from fireledger.store import SqlStore
+from fireledger.store.engine import SqliteEngine
 
 log = logging.getLogger("fireledger.service")
 
@@ -138,6 +139,8 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
 
     setup(os.environ.get("FIRELEDGER_LOG_LEVEL", "info"))
     store = SqlStore.open(db)
+    if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
+        store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
     try:
         if {"control", "dispatch"} & set(roles):
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)

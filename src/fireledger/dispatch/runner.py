@@ -43,7 +43,7 @@ from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
 from fireledger.security.targets import admit
 from fireledger.store import Settlement, SqlStore
-from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, ShapedDecision
+from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, RankCache, ShapedDecision
 
 from . import shaping
 from .credentials import KeyRingFile, authorization_header, body_sha256, mint
@@ -184,6 +184,7 @@ class Dispatcher:
         self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
         self.admitted: Counter[str] = Counter()   # by service class, since start
+        self.rank_cache = RankCache()   # one ranking of a large backlog serves several rounds
         self.last_waiting: dict[str, int] = {}
 
     @classmethod
@@ -287,10 +288,14 @@ class Dispatcher:
             METRICS.attempts.labels(f.lane, res.outcome).inc()
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
-            self._results.append(settle(job, res, now_us, random.random(), self._until_next(job, now_us)))
-            log.log(logging.DEBUG if res.outcome == "delivered" else logging.INFO, "attempt %s", res.outcome,
-                    extra=attempt_fields(key, job.attempt, res.outcome, trigger_id=f.trigger_id, lane=f.lane,
-                                         http_status=res.http_status, duration_s=res.duration_s))
+            # The time left before the next instant bounds retries only: not computed for a final result.
+            until_next = None if res.outcome in ("delivered", "failed") else self._until_next(job, now_us)
+            self._results.append(settle(job, res, now_us, random.random(), until_next))
+            level = logging.DEBUG if res.outcome == "delivered" else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(level, "attempt %s", res.outcome,
+                        extra=attempt_fields(key, job.attempt, res.outcome, trigger_id=f.trigger_id, lane=f.lane,
+                                             http_status=res.http_status, duration_s=res.duration_s))
             if self._flush_event is not None:
                 self._flush_event.set()
         except Exception:
@@ -328,7 +333,7 @@ class Dispatcher:
     def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
         now = self.clock.now()
         return self.store.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                       LEASE_MARGIN_US)
+                                       LEASE_MARGIN_US, self.rank_cache)
 
     def _start(self, claimed: ClaimedJob, tasks: set[asyncio.Task[None]]) -> None:
         lane = claimed.job.fire.lane
