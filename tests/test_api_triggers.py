@@ -174,14 +174,15 @@ def test_pause_removes_next_instant_and_resume_restores_it(api: Api) -> None:
     assert r.json()["state"] == "paused" and r.json()["next_instant"] is None
     assert api.store.earliest_due() is None
     assert_problem(s.post(f"/v1/triggers/{t['id']}/pause"), 409)
-    # Paused across two instants: resume takes the next instant after now (missed ones don't fire).
+    # Paused across two instants: resume restarts at the first instant after the pause, so the timing
+    # plane decides the paused ones by the missed-fire policy (tests/test_pause_resume.py, decision 0063).
     api.clock.advance(2 * 3600 * 1_000_000 + 1)
     r = s.post(f"/v1/triggers/{t['id']}/resume")
     assert r.status_code == 200, r.text
-    assert r.json()["state"] == "active" and r.json()["next_instant"] == "2026-03-27T15:00:00Z"
-    assert api.store.earliest_due() == us("2026-03-27T15:00:00Z")
+    assert r.json()["state"] == "active" and r.json()["next_instant"] == "2026-03-27T13:00:00Z"
+    assert api.store.earliest_due() == us("2026-03-27T13:00:00Z")
     assert_problem(s.post(f"/v1/triggers/{t['id']}/resume"), 409)
-    assert s.get(f"/v1/triggers/{t['id']}").json()["next_instant"] == "2026-03-27T15:00:00Z"
+    assert s.get(f"/v1/triggers/{t['id']}").json()["next_instant"] == "2026-03-27T13:00:00Z"
 
 
 def test_amend_while_paused_keeps_it_paused(api: Api) -> None:

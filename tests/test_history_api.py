@@ -167,3 +167,11 @@ def test_history_never_carries_the_payload(api: Api, world: dict[str, Any]) -> N
         assert r.status_code == 200 and SENTINEL not in r.text and "payload" not in r.text
     schema = api.http.get("/openapi.json").text
     assert "lateness_s" in schema and "/v1/triggers/{trigger_id}/lateness" in schema
+
+
+def test_lateness_default_window_start_stays_inside_the_calendar(api: Api, world: dict[str, Any]) -> None:
+    """`to` early in year 1 with the default 24 h start: an answer (the window clamped), not a 500."""
+    s, t1 = world["s"], world["t1"]
+    r = s.get(f"/v1/triggers/{t1}/lateness", params={"to": "0001-01-01T00:30:00Z"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["from"], r.json()["count"]) == ("0001-01-01T00:00:00Z", 0)

@@ -93,3 +93,27 @@ def test_smeared_on_time_fires_keep_their_instant_and_dispatch_later():
     assert first <= f.not_before_us < first + 30_000_000        # dispatched within the window
     opted_out = plan_due(row, every_minute, Policies(jitter_s=0), ctx)
     assert [x.not_before_us for x in opted_out.fires] == [None]
+
+
+@settings(max_examples=300, deadline=None)
+@given(lateness_us=st.integers(0, 3 * 3600 * 1_000_000), period_s=st.sampled_from([1, 7, 30, 60, 90, 3600]),
+       jitter_s=st.sampled_from([0, 10, 59]), whole_minute=st.booleans(),
+       policy=st.sampled_from(list(MissedFirePolicy)), horizon_s=st.sampled_from([60, 3600, 86400]),
+       one_shot=st.booleans())
+def test_on_time_shortcut_decides_exactly_as_the_general_planner(lateness_us, period_s, jitter_s, whole_minute,
+                                                                 policy, horizon_s, one_shot):
+    """plan_due's one-instant-on-time shortcut must equal the general loop on every input."""
+    from fireledger.domain.policies import plan_general
+
+    period = period_s * 1_000_000
+    first = (T0 // M) * M + (0 if whole_minute else 1_000_000)
+
+    def nxt(after: int) -> int | None:
+        if one_shot:
+            return None if after >= first else first
+        return first + ((after - first) // period + 1) * period
+
+    row = DueRow("tr_prop", "tn_1", 0, first, 3)
+    pol = Policies(missed_fire=policy, catchup_horizon_s=horizon_s, jitter_s=jitter_s)
+    ctx = PlanContext(earliest_us=first + lateness_us, decided_by="n", tzdata_version="2026f")
+    assert plan_due(row, nxt, pol, ctx) == plan_general(row, nxt, pol, ctx)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from storekit import T0, add_target, add_tenant, add_trigger
-
 from fireledger.store import SqlStore
+from storekit import T0, add_target, add_tenant, add_trigger
 
 
 def test_checkpointer_moves_wal_pages_into_the_database_and_stops_on_close(tmp_path):

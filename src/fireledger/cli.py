@@ -240,6 +240,11 @@ from fireledger.dispatch.commands import register as _register_dispatch  # noqa:
 
 _register_dispatch(tenant_app)
 
+# Backfill and the smearing report (fireledger backfill, fireledger report smearing).
+from fireledger.cli_backfill import register as _register_backfill  # noqa: E402
+
+_register_backfill(app)
+
 
 def main() -> None:
     """Entry point: run the app; turn usage and input errors into one line and exit code 2."""

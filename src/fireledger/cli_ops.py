@@ -31,7 +31,7 @@ from fireledger.recurrence import RecurrenceError, format_instant, parse_instant
 
 DEFAULT_RETENTION_DAYS = 90
 DAY_US = 86_400 * 1_000_000
-_STATE_STYLE = {"delivered": "green", "pending": "blue", "dispatching": "blue", "failed": "red",
+_STATE_STYLE = {"delivered": "green", "pending": "blue", "dispatching": "blue", "held": "cyan", "failed": "red",
                 "unknown": "yellow", "expired": "bright_black", "skipped": "magenta"}
 
 
@@ -359,7 +359,7 @@ def _retention(store: Any, before_us: int, out: Path, batch: int, *, purge: bool
     finally:
         store.close()
     if live_left:
-        typer.echo(f"note: {live_left} live (pending/dispatching) fires before the cutoff were left in place",
+        typer.echo(f"note: {live_left} live (pending/dispatching/held) fires before the cutoff were left in place",
                    err=True)
     return done
 

@@ -2,7 +2,7 @@
 
 ``archive_and_purge`` walks each tenant's terminal fires scheduled before a cutoff in small batches,
 appends each batch to a gzip JSON-lines archive (flushed and fsynced), and only then deletes exactly
-that batch in one short transaction. Live fires (pending / dispatching) are never touched.
+that batch in one short transaction. Live fires (pending / dispatching / held) are never touched.
 ``retention_loop`` runs it in the control plane on its own thread and connection every hour with the
 cutoff ``now − FIRELEDGER_HISTORY_RETENTION_DAYS`` (default 90), writing one archive file per pass
 into ``FIRELEDGER_HISTORY_ARCHIVE_DIR`` (default: a folder beside the SQLite file, else

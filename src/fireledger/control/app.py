@@ -25,9 +25,13 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/fires/{key}``              reader    one fire
 ``POST /v1/targets/{id}/verify``      admin     ownership challenge (privileged)
 ``PATCH /v1/triggers/{id}/policy``    policy    policy fields only (the policy surface)
+``POST /v1/triggers/dry-run``         author    create's checks + next N instants; stores nothing
+``POST …/{id}/policy/dry-run``        reader    a policy change replayed on the last gap; stores nothing
 ``POST/GET /v1/principals[/{id}]``    admin     principals and tokens (token shown once)
 ``DELETE /v1/principals/{id}``        admin     revoke (409 for the last admin)
 ``GET  /v1/audit``                    admin     the tenant's audit rows
+``POST /v1/triggers/{id}/backfill``   backfill  fires for a past window (dry run; audited)
+``GET  /v1/reports/smearing``         reader    avoided-peak report of jitter smearing
 ====================================  ========  =================================================
 
 A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,
@@ -52,9 +56,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fireledger.clock import Clock
 from fireledger.store import SqlStore
 
-from . import audit, console, history, outcomes, policy, principals, queues, targets, triggers
+from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
 from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
 from .context import ApiContext
+from .dryrun import miss_threshold_us
+from .dryrun import router as dryrun_router
 from .problems import PROBLEM_JSON, ProblemError, invalid, problem
 from .schemas import Health
 from .urls import private_targets_allowed_by_env
@@ -115,6 +121,11 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     from fireledger.observe.metrics import StoreCollector
 
     store_metrics = StoreCollector(store, clock).registry()
+    from fireledger.backfill import max_fires_from_env
+    from fireledger.observe.smearing import SmearingCollector
+
+    store_metrics.register(SmearingCollector(store, clock))   # avoided peak of smearing (ADR-10)
+    max_fires_from_env()   # a malformed FIRELEDGER_BACKFILL_MAX stops the start, named
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
@@ -132,14 +143,18 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         return JSONResponse(body, headers={"cache-control": "public, max-age=300"})
 
     app.include_router(targets.router)
+    app.include_router(dryrun_router)   # POST /v1/triggers/dry-run (ahead of …/{trigger_id}), …/policy/dry-run
     app.include_router(triggers.router)
     app.include_router(triggers.fires_router)
     app.include_router(history.router)
     app.include_router(policy.router)
+    miss_threshold_us()   # a malformed FIRELEDGER_MISS_THRESHOLD_S stops the start, named
     app.include_router(principals.router)
     app.include_router(audit.router)
     app.include_router(outcomes.router)   # POST …/outcome authenticates by signature (see the guard)
     app.include_router(queues.router)
+    app.include_router(backfill.router)
+    app.include_router(reports.router)
     console.mount(app)
     apply_surfaces(app)  # OpenAPI tags: management, policy, privileged, history (auth.surface_of)
     app.add_middleware(GuardMiddleware, store=store)

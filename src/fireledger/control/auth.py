@@ -8,11 +8,12 @@ each endpoint then checks a role with ``Depends(require("author"))``.
 Roles (DESIGN.md invariant 13, separate grants; seed ADR-15):
 
 * ``reader``   — read triggers, targets, previews and fire history;
-* ``author``   — create, amend, pause, resume and delete triggers;
+* ``author``   — create, amend, pause, resume and delete triggers, and run one now (a manual
+  fire, audited);
 * ``policy``   — set post-outage / overlap policy fields (``missed_fire_policy``,
   ``catchup_horizon``, ``overlap_policy``, ``outcome_window``) on create or amend, or through
   ``PATCH /v1/triggers/{id}/policy``;
-* ``backfill`` — request backfills and manual runs;
+* ``backfill`` — request backfills (fires for a declared past window, bounded per operation);
 * ``admin``    — the tenant's principals and tokens, its targets and their verification, its audit.
 
 The token minted by ``fireledger tenant create`` carries every role; admins mint narrower ones
@@ -20,7 +21,7 @@ The token minted by ``fireledger tenant create`` carries every role; admins mint
 records it in the audit (actor, request, missing role) before answering.
 
 The API surface shows the split (:func:`apply_surfaces` tags every route): **management**
-(definitions and targets), **policy**, **privileged** (principals, audit, backfill, manual runs)
+(definitions and targets), **policy**, **privileged** (principals, audit, backfill)
 and **history** (fires).
 """
 
@@ -158,7 +159,7 @@ SURFACES: dict[str, str] = {
     "management": "Definitions: triggers (role author) and reading triggers and targets (role reader).",
     "policy": "Post-outage and overlap policy of a trigger (role policy).",
     "privileged": "Acts that grant or multiply work: principals and tokens, the audit, targets and their "
-                  "ownership verification (role admin); backfill and manual runs (role backfill).",
+                  "ownership verification (role admin); backfill (role backfill).",
     "history": "Fire history: what was decided and delivered, with causes (role reader).",
 }
 

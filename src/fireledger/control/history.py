@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -190,6 +190,9 @@ def lateness_summary(values_us: Sequence[int], buckets: Sequence[float] = LATENE
     return out
 
 
+FIRST_INSTANT_US = to_us(datetime(1, 1, 1, tzinfo=UTC))
+
+
 def trigger_lateness(ctx: ApiContext, tenant_id: str, trigger_id: str, from_: str | None,
                      to: str | None) -> dict[str, Any]:
     """The lateness distribution of one trigger over ``[from, to)`` (default: the last 24 hours)."""
@@ -199,7 +202,8 @@ def trigger_lateness(ctx: ApiContext, tenant_id: str, trigger_id: str, from_: st
         raise invalid(errors)
     now = ctx.clock.now().latest_us
     hi = hi if hi is not None else now
-    lo = lo if lo is not None else hi - DAY_US
+    # The default start never goes before the calendar's first instant (a `to` early in year 1).
+    lo = lo if lo is not None else max(hi - DAY_US, FIRST_INSTANT_US)
     if hi <= lo:
         raise invalid([("from", "must be earlier than `to` (default: now)")])
     values = ctx.store.lateness_us(tenant_id, trigger_id, lo, hi, cap=LATENESS_CAP + 1)
@@ -267,6 +271,18 @@ _CAUSE_EXPLAINED = (
     ("skipped: missed; missed-fire policy is skip", "It was missed; the policy skip dispatches no missed "
                                                     "instant."),
     ("range:", "Many missed instants were recorded as one range record to keep the ledger bounded."),
+    ("skipped: overlap policy skip", "The overlap policy skip withheld it: the trigger's previous fire had not "
+                                     "finished (no work outcome, not failed, and its outcome window not over)."),
+    ("held: overlap policy queue", "The overlap policy queue holds it (committed, not dispatched) until the "
+                                   "previous fire finishes; a newer instant would replace it."),
+    ("superseded: overlap policy queue", "The overlap policy queue holds at most one pending fire: a newer "
+                                         "instant replaced this one while the previous fire was still running."),
+    ("overlap: released from hold", "It was held by the overlap policy queue and released once the previous "
+                                    "fire finished, or, with no outcome, once its outcome window ended (then "
+                                    "counted as finished)."),
+    ("overlap: previous fire", "The previous fire reported no work outcome by the end of its outcome window: "
+                               "the overlap policy counted it as finished and let this fire go (seed ADR-12), "
+                               "so the two may have run at the same time."),
     ("overlap", "The overlap policy withheld it because the previous fire had not finished."),
     ("failed: HTTP", "The target answered with a final (non-retryable) status."),
     ("failed: retries exhausted", "Every attempt failed with a retryable error and no attempt was left."),
@@ -279,8 +295,11 @@ def explain_cause(cause: str | None) -> str | None:
     """A sentence explaining a recorded cause (None when the cause is unknown to this version)."""
     if not cause:
         return None
+    for prefix, text in _CAUSE_EXPLAINED:   # the cause's own head first (a note may follow it)
+        if cause.startswith(prefix):
+            return text
     for prefix, text in _CAUSE_EXPLAINED:
-        if cause.startswith(prefix) or prefix in cause:
+        if prefix in cause:
             return text
     return None
 
@@ -303,7 +322,9 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
     lines.append((_when(f.scheduled_us), f"{sched}: instant{name}, definition version {f.version}, "
                                          f"tzdata {f.tzdata_version}, kind {f.kind}, seq {f.seq}"))
     decided_late = f.decided_us - f.scheduled_us
-    as_state = f.state if f.state in ("expired", "skipped") else "pending"
+    note = f.cause[f.cause.index("overlap:"):] if f.cause and "overlap:" in f.cause else None
+    released = note is not None and note.startswith("overlap: released from hold")
+    as_state = f.state if f.state in ("expired", "skipped", "held") else ("held" if released else "pending")
     lines.append((_when(f.decided_us), f"decided by node {f.decided_by}, {_secs(decided_late)} after the "
                                        f"scheduled instant, into the {f.lane} lane, as {as_state}"))
     if f.kind == "catch-up" and f.state not in ("expired", "skipped"):
@@ -311,6 +332,16 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
     if f.state in ("expired", "skipped"):
         lines.append((None, f"not dispatched: {f.cause}"))
         why = explain_cause(f.cause)
+        if why:
+            lines.append((None, why))
+    elif f.state == "held":
+        lines.append((None, f"held, not dispatched yet: {f.cause}"))
+        why = explain_cause(f.cause)
+        if why:
+            lines.append((None, why))
+    elif note is not None:
+        lines.append((None, f"overlap decision: {note}"))
+        why = explain_cause(note)
         if why:
             lines.append((None, why))
     for a in f.attempt_list:

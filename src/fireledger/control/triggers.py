@@ -68,6 +68,7 @@ from .views import fire_view, id_cursor, parse_fire_cursor, parse_id_cursor, tri
 
 log = logging.getLogger("fireledger.control")
 
+
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
 fires_router = APIRouter(prefix="/v1/fires", tags=["history"],
@@ -223,6 +224,32 @@ def _view(ctx: ApiContext, principal: Principal, trigger_id: str) -> dict[str, A
     return trigger_view(found.trigger, found.version)
 
 
+@dataclass(frozen=True)
+class CreateChecked:
+    """A create body that passed every check, compiled (shared by create and its dry-run)."""
+
+    name: str
+    rec: Recurrence
+    payload: bytes
+    policies: Policies
+    next_us: int | None
+
+
+def validate_create(ctx: ApiContext, principal: Principal, body: TriggerCreate, now_us: int) -> CreateChecked:
+    """Every check ``POST /v1/triggers`` makes of its body at ``now_us`` (a problem naming each bad
+    field), and the compiled result; stores nothing. ``POST /v1/triggers/dry-run`` calls the same."""
+    errors: list[tuple[str, str]] = trigger_input_problems({"schedule": body.schedule, "payload": body.payload})
+    name = _name(body.name, errors)
+    rec = _compile(body.schedule, now_us, errors)
+    _check_target(ctx, principal.tenant_id, body.target_id, errors)
+    payload = _payload(body.payload, errors)
+    policies = _policies(body.model_dump(include=set(POLICY_FIELDS) | {"jitter", "timeout"}), Policies(), errors)
+    nxt = _next_instant(rec, now_us, errors) if rec is not None else None
+    if errors or rec is None:
+        raise invalid(errors)
+    return CreateChecked(name, rec, payload, policies, nxt)
+
+
 # --- definitions ------------------------------------------------------------------------------
 
 
@@ -234,15 +261,8 @@ def create_trigger(body: TriggerCreate, response: Response, principal: Principal
     if over:
         raise ProblemError(409, over, slug="limit-reached")
     now_us = ctx.now_us()
-    errors: list[tuple[str, str]] = trigger_input_problems({"schedule": body.schedule, "payload": body.payload})
-    name = _name(body.name, errors)
-    rec = _compile(body.schedule, now_us, errors)
-    _check_target(ctx, principal.tenant_id, body.target_id, errors)
-    payload = _payload(body.payload, errors)
-    policies = _policies(body.model_dump(include=set(POLICY_FIELDS) | {"jitter", "timeout"}), Policies(), errors)
-    nxt = _next_instant(rec, now_us, errors) if rec is not None else None
-    if errors or rec is None:
-        raise invalid(errors)
+    checked = validate_create(ctx, principal, body, now_us)
+    name, rec, payload, policies, nxt = checked.name, checked.rec, checked.payload, checked.policies, checked.next_us
     tid = new_id("tr")
     trigger = Trigger(id=tid, tenant_id=principal.tenant_id, name=name, state=TriggerState.ACTIVE,
                       current_version=1, partition=partition_of(tid, ctx.store.partition_count()),
@@ -342,13 +362,15 @@ def delete_trigger(trigger_id: str, principal: Principal = Depends(require("auth
 
 @router.post("/{trigger_id}/pause", response_model=TriggerView,
              responses={404: {"model": Problem}, 409: {"model": Problem}},
-             summary="Pause: the trigger keeps its definition but has no next instant")
+             summary="Pause: the trigger keeps its definition but has no next instant; the pause is "
+                     "recorded so that resume can decide the paused instants by the missed-fire policy")
 def pause_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     found = _lookup(ctx, principal, trigger_id)
     if found.trigger.state != TriggerState.ACTIVE:
         raise conflict(f"the trigger is {found.trigger.state.value}, not active")
-    if not ctx.store.set_trigger_state(found.trigger, TriggerState.PAUSED, None, ctx.now_us()):
+    # Records the resume point: the pause instant, or just before an instant still undecided (0063).
+    if ctx.store.pause_trigger(found.trigger, ctx.now_us()) is None:
         raise conflict("the trigger changed meanwhile; read it again and retry")
     _changed(ctx)
     return _view(ctx, principal, trigger_id)
@@ -356,15 +378,23 @@ def pause_trigger(trigger_id: str, principal: Principal = Depends(require("autho
 
 @router.post("/{trigger_id}/resume", response_model=TriggerView,
              responses={404: {"model": Problem}, 409: {"model": Problem}},
-             summary="Resume: the next instant after now (instants missed while paused do not fire)")
+             summary="Resume: the instants that fell while paused are decided like after an outage — older "
+                     "than the catch-up horizon recorded expired, within it by the missed-fire policy "
+                     "(fire-all / fire-once-now / skip), each non-dispatch with its cause in the history")
 def resume_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     found = _lookup(ctx, principal, trigger_id)
     if found.trigger.state != TriggerState.PAUSED:
         raise conflict(f"the trigger is {found.trigger.state.value}, not paused")
     now_us = ctx.now_us()
-    nxt = next_us(recurrence_of(found.version), now_us)
-    if not ctx.store.set_trigger_state(found.trigger, TriggerState.ACTIVE, nxt, now_us):
+    paused, point = ctx.store.resume_point(principal.tenant_id, trigger_id)
+    if not paused:
+        raise conflict("the trigger changed meanwhile; read it again and retry")
+    # The due row restarts at the first instant of the current version after the resume point: the
+    # timing plane then plans the paused gap by the missed-fire policy and horizon (decision 0063).
+    # A trigger paused before resume points were recorded restarts after now, as it used to.
+    nxt = next_us(recurrence_of(found.version), now_us if point is None else point)
+    if not ctx.store.resume_trigger(found.trigger, point, nxt, now_us):
         raise conflict("the trigger changed meanwhile; read it again and retry")
     _changed(ctx)
     return _view(ctx, principal, trigger_id)
@@ -401,9 +431,15 @@ def preview_trigger(trigger_id: str, count: int = Query(10, ge=1, le=1000),
                     principal: Principal = Depends(require("reader")),
                     ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     found = _lookup(ctx, principal, trigger_id)
-    rec = recurrence_of(found.version)
+    items = preview_items(recurrence_of(found.version), ctx.now_us(), count)
+    return {"items": items, "tzdata_version": found.version.tzdata_version}
+
+
+def preview_items(rec: Recurrence, after_us: int, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` instants of ``rec`` strictly after ``after_us`` with their wall time and DST
+    note — the recurrence's own ``next_after``, as the timing loop uses (also the create dry-run's)."""
     try:
-        occurrences = preview(rec, from_us(ctx.now_us()), count)
+        occurrences = preview(rec, from_us(after_us), count)
     except RecurrenceError as exc:
         raise invalid([_schedule_error(exc)]) from None
     zone = load_zone(rec.zone_name)
@@ -412,7 +448,7 @@ def preview_trigger(trigger_id: str, count: int = Query(10, ge=1, le=1000),
         wall = occ.wall if occ.wall is not None else occ.instant.astimezone(zone)
         items.append({"instant": format_instant(occ.instant),
                       "local": wall.replace(tzinfo=None).isoformat(), "dst": occ.note})
-    return {"items": items, "tzdata_version": found.version.tzdata_version}
+    return items
 
 
 # --- history ----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ class Lane(StrEnum):
 
 
 class FireState(StrEnum):
-    """Life of a fire record. ``pending``/``dispatching`` are live; the rest are terminal."""
+    """Life of a fire record. ``pending``/``dispatching``/``held`` are live; the rest are terminal."""
 
     PENDING = "pending"          # committed, waiting for (another) attempt
     DISPATCHING = "dispatching"  # an attempt runner holds it
@@ -52,6 +52,7 @@ class FireState(StrEnum):
     UNKNOWN = "unknown"          # sent, no answer by the deadline and no retry left
     EXPIRED = "expired"          # older than the catch-up horizon: never dispatched
     SKIPPED = "skipped"          # withheld by a policy: never dispatched
+    HELD = "held"                # committed, withheld by overlap policy queue until released
 
 
 TERMINAL_STATES = frozenset(
@@ -181,11 +182,29 @@ class Advance:
 
 
 @dataclass(frozen=True, slots=True)
+class FireUpdate:
+    """A compare-and-set state change of an existing fire (overlap policy ``queue``): a held fire
+    superseded (``held`` → ``skipped``) or released (``held`` → ``pending``). ``at_us`` is the
+    decision instant: the finish time of a terminal state, the first dispatch time of ``pending``."""
+
+    tenant_id: str
+    trigger_id: str
+    scheduled_us: int
+    seq: int
+    expected_state: FireState
+    new_state: FireState
+    cause: str
+    at_us: int
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
-    """What the timing plane commits for one due row: the fires and the advance, atomically."""
+    """What the timing plane commits for one due row: the fires and the advance, atomically
+    (``updates``: changes of existing fires committed with it, only when the advance succeeds)."""
 
     advance: Advance
     fires: tuple[NewFire, ...] = ()
+    updates: tuple[FireUpdate, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

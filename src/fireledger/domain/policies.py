@@ -14,7 +14,9 @@ range record carrying the count.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .keys import from_us
@@ -72,6 +74,24 @@ def plan_due(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext)
     advances the row to the first instant after ``earliest_us`` (or retires it) and carries every
     fire record for the instants in between, each with a state and, for non-dispatch, a cause.
     """
+    earliest = ctx.earliest_us
+    first = row.next_us
+    if earliest - first <= ctx.miss_threshold_us:
+        # The hot path: one instant, on time (the general loop below decides the same, slower).
+        following = next_fn(first)
+        if following is None or following > earliest:
+            nb = dispatch_not_before_us(row.trigger_id, first, policies.jitter_s)
+            only = NewFire(
+                tenant_id=row.tenant_id, trigger_id=row.trigger_id, scheduled_us=first, seq=0,
+                version=row.version, kind=FireKind.SCHEDULED, lane=Lane.ON_TIME, state=FireState.PENDING,
+                decided_us=earliest, tzdata_version=ctx.tzdata_version, decided_by=ctx.decided_by,
+                not_before_us=None if nb is None else max(nb, earliest))
+            return Decision(Advance(row.trigger_id, first, row.version, following, row.version), (only,))
+    return plan_general(row, next_fn, policies, ctx)
+
+
+def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext) -> Decision:
+    """:func:`plan_due` without its one-instant-on-time shortcut (the tests hold them equal)."""
     earliest = ctx.earliest_us
     horizon_us = policies.catchup_horizon_s * 1_000_000
     instants: list[int] = []
@@ -145,3 +165,111 @@ def plan_due(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext)
     advance = Advance(row.trigger_id, row.next_us, row.version, new_next, row.version)
     all_fires = sorted([*quiet, *fires], key=lambda f: f.scheduled_us)
     return Decision(advance, tuple(all_fires))
+
+
+# --- settings and replays (pause/resume gaps, policy dry-runs: decisions 0063-0065) -----------
+
+#: Environment variable of the timing plane's miss threshold (seconds; decision 0064).
+MISS_THRESHOLD_ENV = "FIRELEDGER_MISS_THRESHOLD_S"
+#: The largest miss threshold accepted (the largest catch-up horizon).
+MAX_MISS_THRESHOLD_US = 24 * 3600 * 1_000_000
+
+
+def miss_threshold_from(env: Mapping[str, str]) -> int:
+    """The miss threshold in µs from ``env`` (``FIRELEDGER_MISS_THRESHOLD_S``, default 60 s).
+
+    Pure: the caller passes ``os.environ``. Raises ``ValueError`` naming the variable when it is not
+    a number of seconds in (0, 86400].
+    """
+    raw = env.get(MISS_THRESHOLD_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MISS_THRESHOLD_US
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"{MISS_THRESHOLD_ENV}: {raw!r} is not a number of seconds") from None
+    us = round(seconds * 1_000_000) if math.isfinite(seconds) else -1   # NaN, inf: refused below
+    if not 0 < us <= MAX_MISS_THRESHOLD_US:
+        raise ValueError(f"{MISS_THRESHOLD_ENV}: must be more than 0 and at most 86400 seconds, got {raw}")
+    return us
+
+
+_RANGE = re.compile(r"^range: (more than )?(\d+) missed instants")
+
+
+def record_weight(cause: str | None) -> tuple[int, bool]:
+    """How many instants one fire record stands for: a range record counts its range (the second
+    value is True when the range says "more than N": N is then a lower bound); any other record 1."""
+    if cause:
+        m = _RANGE.match(cause)
+        if m:
+            return int(m.group(2)), m.group(1) is not None
+    return 1, False
+
+
+@dataclass(frozen=True, slots=True)
+class GapCounts:
+    """What one plan recorded, counted by instant (range records weigh their count).
+
+    ``dispatched`` counts instants released for dispatch (both lanes): a recorded fire counts there
+    whatever its later delivery state. ``lower_bound`` is True when a range record said "more than".
+    """
+
+    dispatched: int = 0
+    caught_up: int = 0
+    on_time: int = 0
+    skipped: int = 0
+    expired: int = 0
+    records: int = 0
+    lower_bound: bool = False
+
+    @property
+    def instants(self) -> int:
+        return self.dispatched + self.skipped + self.expired
+
+
+def count_records(records: Iterable[tuple[str, str, str | None]]) -> GapCounts:
+    """Count ``(state, lane, cause)`` of one plan's fire records (recorded or replayed alike)."""
+    dispatched = caught_up = on_time = skipped = expired = n = 0
+    bound = False
+    for state, lane, cause in records:
+        n += 1
+        weight, more = record_weight(cause)
+        bound = bound or more
+        if state == FireState.EXPIRED.value:
+            expired += weight
+        elif state == FireState.SKIPPED.value:
+            skipped += weight
+        else:
+            dispatched += weight
+            if lane == Lane.CATCH_UP.value:
+                caught_up += weight
+            else:
+                on_time += weight
+    return GapCounts(dispatched, caught_up, on_time, skipped, expired, n, bound)
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A recorded plan that missed instants: its first instant and the instant it was decided at,
+    for the trigger version it was decided under."""
+
+    tenant_id: str
+    trigger_id: str
+    version: int
+    first_us: int
+    decided_us: int
+
+
+def replay_gap(gap: Gap, next_fn: NextFn, policies: Policies, ctx: PlanContext) -> Decision:
+    """What :func:`plan_due` decides for ``gap`` under ``policies``: the same call the timing loop
+    made (the due row at the gap's first instant, decided at ``gap.decided_us``), nothing stored.
+    ``ctx.earliest_us`` is replaced by the gap's decision instant."""
+    row = DueRow(gap.trigger_id, gap.tenant_id, 0, gap.first_us, gap.version)
+    return plan_due(row, next_fn, policies, replace(ctx, earliest_us=gap.decided_us))
+
+
+def replay_counts(gap: Gap, next_fn: NextFn, policies: Policies, ctx: PlanContext) -> GapCounts:
+    """:func:`replay_gap`, counted like a recorded plan (:func:`count_records`)."""
+    d = replay_gap(gap, next_fn, policies, ctx)
+    return count_records((f.state.value, f.lane.value, f.cause) for f in d.fires)

@@ -124,10 +124,11 @@ class StoreCollector:
                                 "Maximum of the due age over partitions (0 when nothing waits)",
                                 value=max(ages.values(), default=0.0))
 
-        depth = GaugeMetricFamily("fireledger_lane_depth", "Live fires (pending or dispatching) per lane",
+        depth = GaugeMetricFamily("fireledger_lane_depth", "Live fires (pending, dispatching, or held by "
+                                  "overlap policy queue) per lane",
                                   labels=["lane", "state"])
         for lane in ("on-time", "catch-up", "backfill"):
-            for state in ("pending", "dispatching"):
+            for state in ("pending", "dispatching", "held"):
                 depth.add_metric([lane, state], float(depths.get((lane, state), 0)))
         for (lane, state), n in sorted(depths.items()):
             if lane not in ("on-time", "catch-up", "backfill"):

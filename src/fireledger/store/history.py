@@ -98,7 +98,7 @@ HISTORY_QUERIES: dict[str, str] = {
         "AND f.lane <> 'backfill' AND f.next_attempt_us <= :now_us GROUP BY t.partition"
     ),
     "hist_lane_depths": (
-        "SELECT lane, state, COUNT(*) FROM fires WHERE state IN ('pending', 'dispatching') "
+        "SELECT lane, state, COUNT(*) FROM fires WHERE state IN ('pending', 'dispatching', 'held') "
         "GROUP BY lane, state"
     ),
     "hist_leases": "SELECT partition, owner, epoch, expires_us, eps_us FROM leases ORDER BY partition",
@@ -119,7 +119,7 @@ HISTORY_QUERIES: dict[str, str] = {
     ),
     "hist_count_live_before": (
         "SELECT COUNT(*) FROM fires WHERE tenant_id = :tenant_id AND scheduled_us < :before_us "
-        "AND state IN ('pending', 'dispatching')"
+        "AND state IN ('pending', 'dispatching', 'held')"
     ),
     "hist_outcome": (
         "SELECT outcome, reported_us FROM work_outcomes WHERE tenant_id = :tenant_id "
@@ -336,7 +336,7 @@ class HistoryMixin:
         return out
 
     def lane_depths(self) -> dict[tuple[str, str], int]:
-        """Live fires (pending / dispatching) per (lane, state)."""
+        """Live fires (pending / dispatching / held by overlap policy queue) per (lane, state)."""
         with self.engine.read() as c:
             return {(str(lane), str(state)): int(n)
                     for lane, state, n in c.execute(self.q["hist_lane_depths"]).fetchall()}

@@ -52,7 +52,7 @@ _SHADOW_ROWS = (
     "t.resumed_us, "
     "(SELECT MAX(f.scheduled_us) FROM fires f WHERE f.tenant_id = t.tenant_id AND f.trigger_id = t.id "
     "  AND f.kind IN ('scheduled', 'catch-up')), "
-    "d.next_us, d.version, d.partition "
+    "d.next_us, d.version, d.partition, t.paused_us "
     "FROM triggers t JOIN trigger_versions v ON v.trigger_id = t.id AND v.version = t.current_version "
     "LEFT JOIN due d ON d.trigger_id = t.id WHERE t.partition = :partition ORDER BY t.id"
 )
@@ -245,6 +245,7 @@ class ShadowRow:
     due_next_us: int | None
     due_version: int | None
     due_partition: int | None
+    paused_us: int | None = None    # the resume point recorded by the last pause (decision 0063)
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,7 +633,7 @@ def _report(r: Sequence[Any]) -> ShadowReport:
 
 def _shadow_row(r: Sequence[Any]) -> ShadowRow:
     return ShadowRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), json.loads(r[5]), _opt(r[6]),
-                     _opt(r[7]), _opt(r[8]), _opt(r[9]), _opt(r[10]), _opt(r[11]))
+                     _opt(r[7]), _opt(r[8]), _opt(r[9]), _opt(r[10]), _opt(r[11]), _opt(r[12]))
 
 
 __all__ = ["DIVERGENCE_KINDS", "Divergence", "Grant", "Lease", "LeasesMixin", "NodeSession", "RebuildStats",

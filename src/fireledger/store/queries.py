@@ -138,8 +138,12 @@ QUERIES: dict[str, str] = {
         "error = :error WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us = :scheduled_us AND seq = :seq AND attempt = :attempt"
     ),
+    # A cause recorded when the fire was decided or released (an overlap note, decision 0060) is kept:
+    # a settlement without a cause leaves it, one with a cause puts its own first.
     "settle_fire": (
-        "UPDATE fires SET state = :state, cause = :cause, next_attempt_us = :next_attempt_us, "
+        "UPDATE fires SET state = :state, cause = CASE WHEN CAST(:cause AS TEXT) IS NULL THEN cause "
+        "WHEN cause IS NULL THEN CAST(:cause AS TEXT) ELSE CAST(:cause AS TEXT) || '; ' || cause END, "
+        "next_attempt_us = :next_attempt_us, "
         "finished_us = :finished_us, lease_owner = NULL "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
         "AND seq = :seq AND state = 'dispatching' AND lease_owner = :owner AND attempts = :attempt"

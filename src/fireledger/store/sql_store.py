@@ -14,12 +14,14 @@ from typing import Any
 
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import (
+    Advance,
     Attempt,
     ClaimOutcome,
     Decision,
     DispatchJob,
     DueRow,
     Fire,
+    FireState,
     MissedFirePolicy,
     NewFire,
     OverlapPolicy,
@@ -32,10 +34,14 @@ from fireledger.domain.model import (
     TriggerVersion,
 )
 
+from .backfill import BackfillMixin
 from .dispatching import DispatchingMixin
 from .engine import Engine, SchemaError, SqliteEngine, StoreError, engine_for_url, migration_files
+from .gaps import GapsMixin
 from .history import HistoryMixin
 from .leases import LeasesMixin
+from .overlap import OverlapMixin
+from .reports import ReportsMixin
 from .trust import TrustMixin
 
 
@@ -93,7 +99,8 @@ def _version(row: Sequence[Any]) -> TriggerVersion:
     )
 
 
-class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
+class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, BackfillMixin, ReportsMixin,
+               OverlapMixin, GapsMixin):
     """The state of record. Thread-safe: each thread uses its own connection."""
 
     def __init__(self, engine: Engine) -> None:
@@ -275,6 +282,18 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
             row = c.execute(self.q["get_version"], {"trigger_id": trigger_id, "version": version}).fetchone()
         return _version(row) if row else None
 
+    def get_versions(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], TriggerVersion]:
+        """Many versions in one statement, keyed by (trigger_id, version); missing ones are absent."""
+        if not pairs:
+            return {}
+        with self.engine.read() as c:
+            rows = c.execute(self.q["dp_versions"], {"ids": json.dumps(sorted(set(pairs)))}).fetchall()
+        out = {}
+        for row in rows:
+            v = _version(row)
+            out[(v.trigger_id, v.version)] = v
+        return out
+
     def amend_trigger(self, trigger: Trigger, new_version: TriggerVersion, name: str,
                       next_us: int | None, now_us: int) -> bool:
         """Make ``new_version`` current and recompute the due row in one transaction.
@@ -345,26 +364,23 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
         """
         q = self.q
         outcomes: list[ClaimOutcome] = []
+        if not decisions:
+            return outcomes
         with self.engine.write() as c:
+            fast = self._apply_all_or_nothing(c, decisions)
+            if fast is not None:
+                for d in decisions:
+                    if d.updates:   # overlap: a held fire superseded (every row advanced here)
+                        self._apply_fire_updates(c, d.updates)
+                return fast
             for d in decisions:
                 inserted = []
                 for f in d.fires:
-                    n = c.execute(q["insert_fire"], {
-                        "tenant_id": f.tenant_id, "trigger_id": f.trigger_id, "scheduled_us": f.scheduled_us,
-                        "seq": f.seq, "version": f.version, "kind": f.kind.value, "lane": f.lane.value,
-                        "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us,
-                        "decided_by": f.decided_by,
-                        "finished_us": None if f.state.value in ("pending",) else f.decided_us,
-                        "tzdata_version": f.tzdata_version,
-                        "next_attempt_us": (f.not_before_us if f.not_before_us is not None else f.decided_us)
-                        if f.state.value == "pending" else None,
-                    }).rowcount
+                    n = c.execute(q["insert_fire"], _fire_params(f)).rowcount
                     if _one(n, "insert_fire"):
                         inserted.append(f)
                 a = d.advance
-                params = {"trigger_id": a.trigger_id, "expected_next_us": a.expected_next_us,
-                          "expected_version": a.expected_version, "new_next_us": a.new_next_us,
-                          "new_version": a.new_version}
+                params = _advance_params(a)
                 if a.new_next_us is None:
                     advanced = _one(c.execute(q["retire_due"], params).rowcount, "retire_due")
                 else:
@@ -374,8 +390,39 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
                         c.execute(q["delete_fire"], {"tenant_id": f.tenant_id, "trigger_id": f.trigger_id,
                                                      "scheduled_us": f.scheduled_us, "seq": f.seq})
                     inserted = []
+                if advanced and d.updates:   # overlap: a held fire superseded, only with its decision
+                    self._apply_fire_updates(c, d.updates)
                 outcomes.append(ClaimOutcome(a.trigger_id, advanced, tuple(inserted)))
         return outcomes
+
+    def _apply_all_or_nothing(self, c: Any, decisions: Sequence[Decision]) -> list[ClaimOutcome] | None:
+        """The common case in bulk: every fire is new and every due row is where the decision
+        expects it. Three batched statements inside a savepoint; when any count differs (a fire
+        decided elsewhere, a row moved) the savepoint is rolled back and None returned, and the
+        caller decides row by row. Counts are exact: each statement matches at most its own row
+        (primary key), so a total equal to the number of statements means each matched once."""
+        q = self.q
+        fires = [f for d in decisions for f in d.fires]
+        advances = [d.advance for d in decisions if d.advance.new_next_us is not None]
+        retires = [d.advance for d in decisions if d.advance.new_next_us is None]
+        cur = c.cursor()
+        cur.execute("SAVEPOINT apply_bulk")
+        ok = True
+        for sql, params in ((q["insert_fire"], [_fire_params(f) for f in fires]),
+                            (q["advance_due"], [_advance_params(a) for a in advances]),
+                            (q["retire_due"], [_advance_params(a) for a in retires])):
+            if not params:
+                continue
+            cur.executemany(sql, params)
+            if cur.rowcount != len(params):
+                ok = False
+                break
+        if not ok:
+            cur.execute("ROLLBACK TO SAVEPOINT apply_bulk")
+            cur.execute("RELEASE SAVEPOINT apply_bulk")
+            return None
+        cur.execute("RELEASE SAVEPOINT apply_bulk")
+        return [ClaimOutcome(d.advance.trigger_id, True, tuple(d.fires)) for d in decisions]
 
     def insert_fires(self, fires: Sequence[NewFire]) -> list[NewFire]:
         """Commit fires that advance no due row (manual runs) in one transaction; returns those
@@ -513,6 +560,25 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin):
     def count_fires(self) -> int:
         with self.engine.read() as c:
             return int(c.execute(self.q["count_fires"]).fetchone()[0])
+
+
+def _fire_params(f: NewFire) -> dict[str, Any]:
+    """Bind parameters of ``insert_fire`` for a decided fire (live fires get their first dispatch
+    time — the smeared one when set — terminal ones their finish time)."""
+    pending = f.state == FireState.PENDING
+    return {
+        "tenant_id": f.tenant_id, "trigger_id": f.trigger_id, "scheduled_us": f.scheduled_us,
+        "seq": f.seq, "version": f.version, "kind": f.kind.value, "lane": f.lane.value,
+        "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us, "decided_by": f.decided_by,
+        "finished_us": None if pending or f.state == FireState.HELD else f.decided_us,
+        "tzdata_version": f.tzdata_version,
+        "next_attempt_us": (f.not_before_us if f.not_before_us is not None else f.decided_us) if pending else None,
+    }
+
+
+def _advance_params(a: Advance) -> dict[str, Any]:
+    return {"trigger_id": a.trigger_id, "expected_next_us": a.expected_next_us,
+            "expected_version": a.expected_version, "new_next_us": a.new_next_us, "new_version": a.new_version}
 
 
 def _with_attempts(f: Fire, attempts: list[Attempt]) -> Fire:

@@ -108,7 +108,7 @@ TRUST_QUERIES: dict[str, str] = {
     ),
     "trust_skip_live_fires": (
         "UPDATE fires SET state = 'skipped', cause = :cause, finished_us = :now_us, next_attempt_us = NULL, "
-        "lease_owner = NULL WHERE tenant_id = :tenant_id AND state IN ('pending', 'dispatching')"
+        "lease_owner = NULL WHERE tenant_id = :tenant_id AND state IN ('pending', 'dispatching', 'held')"
     ),
     "trust_count_tenant_triggers": "SELECT COUNT(*) FROM triggers WHERE tenant_id = :tenant_id",
     # --- purge ----------------------------------------------------------------------------------

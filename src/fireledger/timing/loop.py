@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,17 +30,34 @@ from functools import partial
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_of
-from fireledger.domain.model import Decision, DueRow, FireState, NewFire, TriggerVersion
-from fireledger.domain.policies import PlanContext, plan_due
+from fireledger.domain.keys import FireKey
+from fireledger.domain.model import (
+    Decision,
+    DueRow,
+    FireKind,
+    FireState,
+    FireUpdate,
+    Lane,
+    NewFire,
+    OverlapPolicy,
+    Policies,
+    TriggerVersion,
+)
+from fireledger.domain.overlap import HeldRef, PreviousFire, Verdict, apply_overlap, release_plan
+from fireledger.domain.policies import PlanContext, miss_threshold_from, plan_due
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.store import SqlStore
+from fireledger.store.overlap import FireFacts, HeldRow
 
 from .leases import LeaseManager, Ownership
 
 log = logging.getLogger("fireledger.timing")
 
 DEFAULT_EPS_CEILING_US = 100_000
+#: Trigger versions kept decoded between cycles (bounded: a million triggers must not all stay in
+#: memory; a version evicted is read again in its batch's one statement).
+VERSION_CACHE_MAX = 100_000
 
 
 @dataclass
@@ -55,6 +73,7 @@ class TickResult:
     partitions: int | None = None   # partitions held this cycle (None: every partition)
     lease_lost: bool = False      # ownership ran out or moved before a commit: the batch was dropped
     dropped: int = 0              # decisions dropped for partitions released before the commit
+    released: list[NewFire] = field(default_factory=list)   # held fires released (overlap queue)
 
 
 class TimingLoop:
@@ -63,13 +82,16 @@ class TimingLoop:
                  on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
                  max_sleep_s: float = 0.5, metrics: object | None = None,
                  leases: LeaseManager | None = None,
-                 before_apply: Callable[[Sequence[Decision]], None] | None = None) -> None:
+                 before_apply: Callable[[Sequence[Decision]], None] | None = None,
+                 miss_threshold_us: int | None = None) -> None:
         """``leases``: claim only the partitions this manager holds (None: all partitions).
         ``before_apply``: a test seam called with each batch after the last ownership check and
         right before its commit (the falsification suite pauses a node there)."""
         self.store = store
         self.leases = leases
         self.before_apply = before_apply
+        # Lateness beyond which an instant is missed (FIRELEDGER_MISS_THRESHOLD_S, default 60 s: 0064).
+        self.miss_threshold_us = miss_threshold_from(os.environ) if miss_threshold_us is None else miss_threshold_us
         self.clock = clock
         self.node_id = node_id
         self.batch = batch
@@ -91,7 +113,7 @@ class TimingLoop:
         if v is None:
             v = self.store.get_version(trigger_id, version)
             if v is not None:
-                if len(self._versions) > 1_000_000:
+                if len(self._versions) >= VERSION_CACHE_MAX:
                     self._versions.clear()
                 self._versions[key] = v
         return v
@@ -100,15 +122,101 @@ class TimingLoop:
         """Decisions for ``rows``, in trigger-id order: every committer (another node deciding the
         same rows during a handover, a rebuild, a repartition) locks due rows in that order, so two
         commits never wait on each other in a cycle."""
-        ctx = PlanContext(earliest_us=earliest_us, decided_by=self.node_id, tzdata_version=TZDATA_VERSION)
-        decisions = []
+        ctx = PlanContext(earliest_us=earliest_us, decided_by=self.node_id, tzdata_version=TZDATA_VERSION,
+                          miss_threshold_us=self.miss_threshold_us)
+        missing = [(r.trigger_id, r.version) for r in rows if (r.trigger_id, r.version) not in self._versions]
+        if missing:   # one statement for the batch's uncached versions, not one per row
+            if len(self._versions) + len(missing) > VERSION_CACHE_MAX:
+                self._versions.clear()
+            self._versions.update(self.store.get_versions(missing))
+        decisions: list[Decision] = []
+        checked: list[tuple[int, TriggerVersion]] = []   # overlap skip/queue with a fire to dispatch
         for row in sorted(rows, key=lambda r: r.trigger_id):
             v = self._version(row.trigger_id, row.version)
             if v is None:
                 continue
             rec = recurrence_of(v)
-            decisions.append(plan_due(row, partial(next_us, rec), v.policies, ctx))
+            d = plan_due(row, partial(next_us, rec), v.policies, ctx)
+            if v.policies.overlap != OverlapPolicy.ALLOW and any(f.state == FireState.PENDING for f in d.fires):
+                checked.append((len(decisions), v))
+            decisions.append(d)
+        if checked:
+            self._apply_overlap(decisions, checked, earliest_us)
         return decisions
+
+    # --- overlap (decision 0060) ---------------------------------------------------------------
+
+    def _previous(self, facts: FireFacts | None) -> PreviousFire | None:
+        """The overlap check's view of a previous fire: its window is its own version's."""
+        if facts is None:
+            return None
+        v = self._version(facts.trigger_id, facts.version)
+        window_s = (v.policies if v is not None else Policies()).outcome_window_s
+        key = str(FireKey(facts.tenant_id, facts.trigger_id, facts.scheduled_us, facts.seq))
+        return PreviousFire(key, FireState(facts.state), facts.dispatched_us, facts.has_outcome, window_s)
+
+    def _apply_overlap(self, decisions: list[Decision], checked: Sequence[tuple[int, TriggerVersion]],
+                       at_us: int) -> None:
+        """Apply overlap skip/queue to the decisions at ``checked`` (in place), reading the previous
+        and held fires of those triggers in one statement. Rows under ``allow`` never get here."""
+        facts = self.store.overlap_facts([(v.tenant_id, v.trigger_id) for _, v in checked])
+        for i, v in checked:
+            fx = facts.get(v.trigger_id)
+            prev = self._previous(fx.previous if fx is not None else None)
+            h = fx.held if fx is not None else None
+            held = None if h is None else HeldRef(h.tenant_id, h.trigger_id, h.scheduled_us, h.seq)
+            decisions[i] = apply_overlap(decisions[i], prev, held, v.policies.overlap,
+                                         v.policies.outcome_window_s, at_us)
+
+    def release_held(self, at_us: int, own: Ownership | None, page: int = 1000) -> list[NewFire]:
+        """Re-evaluate held fires (of the partitions held) and release each whose previous fire has
+        finished, one transaction per page of held fires; returns the released fires (now pending)."""
+        out: list[NewFire] = []
+        after: tuple[int, str, int] | None = None
+        while True:
+            rows = self.store.held_fires(after, page)
+            if rows:
+                last = rows[-1]
+                after = (last.scheduled_us, last.trigger_id, last.seq)
+                mine = rows if own is None else [h for h in rows if own.owns(h.partition)]
+                out += self._release_page(mine, at_us)
+            if len(rows) < page:
+                return out
+
+    def _release_page(self, rows: Sequence[HeldRow], at_us: int) -> list[NewFire]:
+        if not rows:
+            return []
+        facts = self.store.overlap_facts([(h.tenant_id, h.trigger_id) for h in rows])
+        chosen: list[tuple[HeldRow, FireUpdate, NewFire]] = []
+        for h in rows:
+            cur = self._version(h.trigger_id, h.current_version)
+            policy = cur.policies.overlap if cur is not None else OverlapPolicy.QUEUE
+            fx = facts.get(h.trigger_id)
+            plan = release_plan(self._previous(fx.previous if fx is not None else None), policy, at_us)
+            if plan.verdict == Verdict.HOLD:
+                continue
+            cause = plan.cause or "overlap: released from hold"
+            chosen.append((h, FireUpdate(h.tenant_id, h.trigger_id, h.scheduled_us, h.seq, FireState.HELD,
+                                         FireState.PENDING, cause, at_us),
+                           NewFire(h.tenant_id, h.trigger_id, h.scheduled_us, h.seq, h.version, FireKind(h.kind),
+                                   Lane(h.lane), FireState.PENDING, at_us, h.tzdata_version, self.node_id, cause)))
+        if not chosen:
+            return []
+        # Trigger-id order, as decisions lock (and supersede held fires): two commits never wait in a cycle.
+        chosen.sort(key=lambda c: c[0].trigger_id)
+        if self.leases is None:
+            done = self.store.release_held([u for _, u, _ in chosen])
+        else:
+            with self.leases.claim_lock:   # as a commit of decisions: ownership re-checked, no release overlaps
+                own = self.leases.ownership()
+                if not own.valid(self.clock.monotonic()):
+                    return []
+                chosen = [c for c in chosen if own.owns(c[0].partition)]
+                done = self.store.release_held([u for _, u, _ in chosen])
+        out = [f for (_, _, f), ok in zip(chosen, done, strict=True) if ok]
+        for f in out:
+            log.info("overlap: released held fire %s", FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
+        return out
 
     def ownership(self) -> Ownership | None:
         """What this loop may claim now (None: every partition)."""
@@ -138,6 +246,8 @@ class TimingLoop:
             if not own.valid(self.clock.monotonic()):
                 self.last = res
                 return res
+        # Held fires first: one released now is the previous fire of an instant decided below.
+        res.released = self.release_held(iv.earliest_us, own)
         while True:
             rows = self._due(iv.earliest_us, own)
             if not rows:
@@ -177,8 +287,8 @@ class TimingLoop:
                 METRICS.lateness.observe((f.decided_us - f.scheduled_us) / 1e6)
         if len(self.lateness_us) > 100_000:
             del self.lateness_us[:50_000]
-        if pending:
-            self.on_committed(pending)   # only after commit
+        if pending or res.released:
+            self.on_committed([*pending, *res.released])   # only after commit
         self.last = res
         return res
 

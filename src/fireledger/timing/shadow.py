@@ -13,7 +13,8 @@ current version's recurrence strictly after its *anchor* — the latest of
   state: decided is decided; manual and backfill fires do not move the recurrence),
 * when its current schedule took effect (the first version of the run of identical schedules that
   ends at the current version: an amendment that kept the schedule keeps the pending instant),
-* when it was last resumed.
+* when it was last resumed — or rather, since a resume restarts the row at the first instant after
+  the pause's resume point (decision 0063), that point, unless the schedule changed after the resume.
 
 Paused, deleted and exhausted triggers have no row. The trigger, its versions, its last fire and its
 live row are read in one statement (one snapshot), so a decision committing meanwhile cannot make a
@@ -54,6 +55,12 @@ def expected_next(row: ShadowRow) -> int | None:
     if row.state != "active":
         return None
     anchors = [a for a in (row.last_us, row.run_start_us, row.resumed_us) if a is not None]
+    if (row.paused_us is not None and row.resumed_us is not None and row.paused_us <= row.resumed_us
+            and (row.run_start_us is None or row.run_start_us <= row.resumed_us)):
+        # The last resume restarted the row just after its pause's resume point (the paused gap is
+        # decided by the missed-fire policy, decision 0063), also for a schedule amended while
+        # paused; a schedule amended after the resume restarts from its amendment as usual.
+        anchors = [a for a in (row.last_us, row.paused_us) if a is not None]
     if not anchors:
         return None
     rec = recurrence_for(row.trigger_id, row.version, row.schedule)

@@ -51,7 +51,7 @@ PREFIX = "/console"
 HISTORY_PAGE = 50
 HEALTH_N = 10
 WINDOWS: dict[str, int] = {"1h": 3600 * 1_000_000, "24h": DAY_US, "7d": 7 * DAY_US, "30d": 30 * DAY_US}
-STATES = ("pending", "dispatching", "delivered", "failed", "unknown", "expired", "skipped")
+STATES = ("pending", "dispatching", "held", "delivered", "failed", "unknown", "expired", "skipped")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",

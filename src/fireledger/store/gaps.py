@@ -1,0 +1,136 @@
+"""Pause, resume and the gaps they leave (a :class:`~fireledger.store.SqlStore` mixin; decision 0063).
+
+* **Pause** (:meth:`GapsMixin.pause_trigger`) turns an active trigger paused, removes its due row and
+  records its *resume point* in ``triggers.paused_us``: the pause instant, or — when the due row
+  still held an instant at or before the pause (not yet decided) — just before that instant. Every
+  instant of the trigger after the resume point is undecided; every one at or before it is decided
+  or was never due while the trigger was active.
+* **Resume** (:meth:`GapsMixin.resume_trigger`) turns it active and writes the due row the caller
+  computed from the resume point (the first instant after it), compare-and-set on the state, the
+  current version and the resume point read. The timing plane then plans the paused gap exactly like
+  an outage: expired beyond the catch-up horizon, per missed-fire policy within it.
+  ``triggers.resumed_us`` keeps the instant of the resume (the shadow rebuilder uses both).
+* **The last recorded gap** (:meth:`GapsMixin.last_gap_fires`): the fire records of the most recent
+  plan that missed instants — the plan of the newest ``catch-up`` fire, i.e. every ``scheduled`` and
+  ``catch-up`` fire of the trigger sharing its ``decided_us`` (one plan per trigger per decision).
+
+Writes take ``now_us`` from the caller; compare-and-sets use ``_one`` semantics (0 rows: moved
+meanwhile, normal; more than 1: a bug).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fireledger.domain.model import Fire, Trigger
+
+from . import queries
+from .engine import StoreError
+
+_F = queries.FIRE_COLS
+#: Stands for "no resume point recorded" in compare-and-sets (instants are never this small).
+_NONE = -(2**62)
+
+GAP_QUERIES: dict[str, str] = {
+    "gp_pause": (
+        "UPDATE triggers SET state = 'paused', updated_us = :now_us "
+        "WHERE tenant_id = :tenant_id AND id = :id AND state = 'active'"
+    ),
+    "gp_take_due": "DELETE FROM due WHERE trigger_id = :trigger_id RETURNING next_us",
+    "gp_set_resume_point": "UPDATE triggers SET paused_us = :point_us WHERE tenant_id = :tenant_id AND id = :id",
+    "gp_resume_point": (
+        "SELECT paused_us FROM triggers WHERE tenant_id = :tenant_id AND id = :id AND state = 'paused'"
+    ),
+    "gp_resume": (
+        "UPDATE triggers SET state = 'active', updated_us = :now_us, resumed_us = :now_us "
+        "WHERE tenant_id = :tenant_id AND id = :id AND state = 'paused' "
+        "AND current_version = :expected_version AND COALESCE(paused_us, :none) = :point_us"
+    ),
+    "gp_last_catch_up": (
+        "SELECT decided_us FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND kind = 'catch-up' ORDER BY scheduled_us DESC, seq DESC LIMIT 1"
+    ),
+    "gp_plan_fires": (
+        f"SELECT {_F} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND scheduled_us <= :decided_us AND decided_us = :decided_us AND kind IN ('scheduled', 'catch-up') "
+        "ORDER BY scheduled_us, seq"
+    ),
+}
+
+queries.register(GAP_QUERIES)
+
+
+def _one(rowcount: int, what: str) -> bool:
+    if rowcount > 1:
+        from .sql_store import InvariantViolation
+
+        raise InvariantViolation(f"{what} matched {rowcount} rows")
+    return rowcount == 1
+
+
+class GapsMixin:
+    """Pause/resume with a recorded resume point, and the last recorded gap (module docstring)."""
+
+    engine: Any
+    q: dict[str, str]
+
+    def pause_trigger(self, trigger: Trigger, now_us: int) -> int | None:
+        """Pause an active trigger: compare-and-set on its state, its due row removed and its resume
+        point recorded, in one transaction. Returns the resume point, or None when the trigger was
+        not active any more (changed meanwhile: nothing written)."""
+        key = {"tenant_id": trigger.tenant_id, "id": trigger.id}
+        with self.engine.write() as c:
+            if not _one(c.execute(self.q["gp_pause"], {**key, "now_us": now_us}).rowcount, "pause_trigger"):
+                return None
+            rows = c.execute(self.q["gp_take_due"], {"trigger_id": trigger.id}).fetchall()
+            if len(rows) > 1:
+                raise StoreError(f"trigger {trigger.id} had {len(rows)} due rows")
+            point = now_us
+            if rows and rows[0][0] is not None:
+                # An instant due at or before the pause but not decided yet stays in the gap.
+                point = min(now_us, int(rows[0][0]) - 1)
+            _one(c.execute(self.q["gp_set_resume_point"], {**key, "point_us": point}).rowcount, "resume point")
+            c.execute(self.q["bump_definitions"])
+        return point
+
+    def resume_point(self, tenant_id: str, trigger_id: str) -> tuple[bool, int | None]:
+        """``(paused, point)``: whether the trigger is paused, and its resume point (None for a
+        trigger paused before resume points were recorded: it resumes from the resume instant)."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["gp_resume_point"], {"tenant_id": tenant_id, "id": trigger_id}).fetchone()
+        if row is None:
+            return False, None
+        return True, None if row[0] is None else int(row[0])
+
+    def resume_trigger(self, trigger: Trigger, point_us: int | None, next_us: int | None, now_us: int) -> bool:
+        """Resume a paused trigger with the due row at ``next_us`` (None: the schedule has no instant
+        left, no row). Compare-and-set on the state, the current version and the resume point the
+        caller computed ``next_us`` from: False when any moved (nothing written)."""
+        with self.engine.write() as c:
+            ok = _one(c.execute(self.q["gp_resume"], {
+                "tenant_id": trigger.tenant_id, "id": trigger.id, "now_us": now_us,
+                "expected_version": trigger.current_version, "none": _NONE,
+                "point_us": _NONE if point_us is None else point_us}).rowcount, "resume_trigger")
+            if not ok:
+                return False
+            if next_us is not None:
+                c.execute(self.q["upsert_due"], {"trigger_id": trigger.id, "tenant_id": trigger.tenant_id,
+                                                 "partition": trigger.partition, "next_us": next_us,
+                                                 "version": trigger.current_version})
+            c.execute(self.q["bump_definitions"])
+        return True
+
+    def last_gap_fires(self, tenant_id: str, trigger_id: str) -> list[Fire]:
+        """The fire records of the trigger's most recent plan that missed instants (oldest first;
+        range records included as recorded), or [] when it never missed one."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["gp_last_catch_up"], {"tenant_id": tenant_id,
+                                                         "trigger_id": trigger_id}).fetchone()
+            if row is None:
+                return []
+            rows = c.execute(self.q["gp_plan_fires"], {"tenant_id": tenant_id, "trigger_id": trigger_id,
+                                                       "decided_us": int(row[0])}).fetchall()
+        return [Fire(*r) for r in rows]
+
+
+__all__ = ["GAP_QUERIES", "GapsMixin"]
