@@ -36,8 +36,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
 
-bench: $(STAMP)
-	$(BIN)/python bench/run.py $(ARGS)
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH4 := .venv-bench4
+
+# The bench recipes are silent (@, installs to stderr): stdout carries only the JSON lines.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	@$(BIN)/python -m pip install -q -e '.[dev,bench]' >&2
+	@touch $(BENCH_STAMP)
+
+# APScheduler 4 cannot share a venv with 3.x (one distribution name): its peer runs from its own.
+$(BENCH4)/.installed: bench/requirements-aps4.txt
+	@test -x $(BENCH4)/bin/python || $(PY) -m venv $(BENCH4) >&2
+	@$(BENCH4)/bin/python -m pip install -q -r bench/requirements-aps4.txt >&2
+	@touch $(BENCH4)/.installed
+
+bench: $(BENCH_STAMP) $(BENCH4)/.installed
+	@./scripts/ensure-postgres.sh >/dev/null || echo "bench: no PostgreSQL binaries; its commit line says skipped" >&2
+	@$(BIN)/python bench/run.py $(ARGS)
 
 falsify: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
@@ -45,4 +60,4 @@ falsify: $(STAMP)
 	$(BIN)/python falsify/run.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH4) .pytest_cache .mypy_cache .ruff_cache

@@ -1,35 +1,298 @@
-"""`make bench`: run every benchmark, one JSON object per line per scenario.
+"""`make bench`: the benchmark suite — fireledger (embedded default: ``fireledger serve`` on SQLite,
+durable commit + signed HTTP delivery) and its peers (APScheduler 3.11 memory / SQLite job stores,
+APScheduler 4.0 alpha memory / SQLite data stores) on the same workloads, in the same run, against
+the same sink (``bench/sink.py``, its own process). One JSON object per line on stdout, per
+scenario and system; progress on stderr. See docs/performance.md.
 
-    .venv/bin/python bench/run.py [--quick]
+    .venv/bin/python bench/run.py [--quick] [--only burst,steady,...] [--profile]
+
+Scenarios (``--quick`` forms in brackets):
+
+* ``sink-capacity``  requests/s the sink absorbs from one aiohttp client — the ceiling of every figure;
+* ``burst-N``        N triggers/jobs due at one instant, N = 10,000 and 45,000 [2,000]; for
+  APScheduler 3 also with its default 1 s misfire grace (``burst-N-grace1s``);
+* ``steady-R``       R fires/s (R interval triggers of 1 s, spread over the second): 5 s probes at
+  R = 250, 500, 1000, 2000, 3000, 4000, 5800 until one fails (p99 lateness > 1 s or fires missed),
+  then 60 s at the highest R that passed (one rung lower if that fails) [10 s at 1000 and 3000;
+  peers 1000]; ``steady-max`` per
+  system: the highest R sustained with p99 ≤ 1 s and nothing missed;
+* ``commit-N``       the timing plane alone vs the raw batched insert+update rate, SQLite and
+  PostgreSQL, N = 20,000 [5,000];
+* ``scale-N``        1,000,000 [100,000] live triggers against 1,000: idle cycle cost, RSS, start-up;
+* ``punctuality``    50 triggers every 1 s for 20 s [5 s]: lateness at light load;
+* ``profile-burst-N`` a fireledger burst under py-spy: the top frames (``--profile``);
+* ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials (``--only components``).
+
+Lines of one scenario are printed together once every system has run, with ratios: fireledger's
+line carries ``vs_peers`` (fireledger ÷ peer) and each peer's ``vs_fireledger`` (peer ÷ fireledger)
+for ``fires_per_s`` and ``lateness_p99_s``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit import BENCH, Sink, cpu_s, emit, machine, ratios, say
+
+ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "profile", "components")
+DEFAULT_OFF = {"profile", "components"}   # opt in: --profile, --only components
+STEADY_P99_S = 1.0
+STEADY_TARGET = 5800
+LADDER = [250, 500, 1000, 2000, 3000, 4000, STEADY_TARGET]
+
+
+def sink_capacity(sink: Sink, quick: bool) -> dict[str, Any]:
+    n = 10_000 if quick else 30_000
+    sink.clear()
+    say(f"sink-capacity: {n} POSTs from one aiohttp client (64 connections, 64 in flight)")
+    cpu0 = cpu_s(sink.proc.pid)
+    out = subprocess.run([sys.executable, str(BENCH / "sinkload.py"), "--url", sink.url, "--n", str(n)],
+                         capture_output=True, text=True, check=True)
+    sink_cpu_us = (cpu_s(sink.proc.pid) - cpu0) / n * 1e6
+    client = json.loads(out.stdout)
+    got = sink.count()
+    return {"scenario": "sink-capacity", "system": "bench-sink", "durable": False, "n": n, "delivered": got,
+            "missed": n - got, "early": 0, "duplicate_records": 0, "fires_per_s": round(client["per_s"], 1),
+            "lateness_p50_s": round(client["rtt_p50_s"], 4), "lateness_p99_s": round(client["rtt_p99_s"], 4),
+            "lateness_max_s": round(client["rtt_max_s"], 4),
+            "sink_cpu_us_per_request": round(sink_cpu_us, 1),
+            "sink_ceiling_per_s_one_core": round(1e6 / sink_cpu_us) if sink_cpu_us > 0 else None,
+            "note": "fires_per_s = requests/s absorbed from one client process (the client is the limit "
+                    "when sink_ceiling_per_s_one_core is far above it); lateness_* = the client's round trip",
+            **machine()}
+
+
+def _bad(line: dict[str, Any], p99: float | None = None) -> bool:
+    """A run that does not count as sustained/valid."""
+    if line.get("skipped") or line.get("error") or line.get("invalid"):
+        return True
+    if p99 is not None:
+        n = line.get("n") or 0
+        return (line.get("lateness_p99_s") is None or line["lateness_p99_s"] > p99
+                or (line.get("missed") or 0) > 0.001 * n)
+    return False
+
+
+def burst(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None, sizes: list[int] | None = None) -> None:
+    import fl
+    import peers
+
+    sizes = sizes or ([2000] if quick else [10_000, 45_000])
+    for n in sizes:
+        name = f"burst-{n}"
+        deadline = 30 if quick else (60 if n <= 10_000 else 150)
+        lines = []
+        if systems is None or fl.SYSTEM in systems:
+            lines.append(fl.burst(sink, tmp, name, n, deadline_s=deadline))
+        for peer in peers.PEERS:
+            if systems is not None and peer.system not in systems:
+                continue
+            est = n * peer.setup_s_per_job
+            if est > (30 if quick else 180):
+                lines.append(peers.skipped(name, peer, f"adding {n} schedules alone would take ~{est:.0f}s "
+                                           f"({peer.setup_s_per_job * 1000:.1f} ms each, measured); "
+                                           "see the smaller burst", n))
+                continue
+            lines.append(peers.burst(peer, sink, tmp, name, n, deadline_s=deadline))
+        ratios(lines)
+        for line in lines:
+            emit(line)
+        if n == sizes[0]:   # APScheduler's default misfire grace (1 s) on the first size
+            glines = []
+            for peer in peers.PEERS:
+                if peer.runner == "peer_aps3.py" and (systems is None or peer.system in systems):
+                    g = peers.burst(peer, sink, tmp, f"{name}-grace1s", n, deadline_s=deadline, grace="1")
+                    outc = g.get("scheduler_outcomes") or {}
+                    g["missed_ratio"] = round((g["missed"] or 0) / n, 4) if g.get("missed") is not None else None
+                    g["scheduler_missed"] = outc.get("missed")
+                    glines.append(g)
+            for line in glines:
+                emit(line)
+
+
+def steady(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None) -> None:
+    """Quick: 10 s at 1000 and 3000 fires/s (peers: 1000). Full: 5 s probes up the ladder until one
+    fails (p99 > 1 s or fires missed), then 60 s at the highest rate that passed its probe, and one
+    rung lower if that fails."""
+    import fl
+    import peers
+
+    runners: list[tuple[str, Any, list[int]]] = []
+    if systems is None or fl.SYSTEM in systems:
+        runners.append((fl.SYSTEM, lambda name, r, d, dr: fl.steady(sink, tmp, name, r, d, drain_s=dr),
+                        [1000, 3000] if quick else LADDER))
+    for peer in peers.PEERS:
+        if systems is None or peer.system in systems:
+            runners.append((peer.system, lambda name, r, d, dr, p=peer: peers.steady(p, sink, tmp, name, r, d,
+                                                                                     drain_s=dr),
+                            [1000] if quick else LADDER))
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    final: dict[str, dict[str, Any] | None] = {}
+    tried: dict[str, list[dict[str, Any]]] = {}
+
+    def one(system: str, run: Any, rate: int, duration: int, phase: str) -> dict[str, Any]:
+        line = run(f"steady-{rate}", rate, duration, 3 if duration <= 10 else 10)
+        line.update({"phase": phase, "p99_target_s": STEADY_P99_S})
+        line["sustained"] = not _bad(line, STEADY_P99_S)
+        groups.setdefault((rate, duration), []).append(line)
+        tried.setdefault(system, []).append(line)
+        return line
+
+    for system, run, rates in runners:
+        passed: list[dict[str, Any]] = []
+        for rate in rates:
+            line = one(system, run, rate, 10 if quick else 5, "run" if quick else "probe")
+            if not line["sustained"]:
+                break   # a higher rate would only be worse
+            passed.append(line)
+        final[system] = passed[-1] if quick and passed else None
+        if not quick:
+            for cand in passed[::-1][:2]:   # the best probe; if 60 s fail there, one rung lower
+                conf = one(system, run, cand["rate"], 60, "confirm")
+                if conf["sustained"]:
+                    final[system] = conf
+                    break
+    for key in sorted(groups):
+        ratios(groups[key])
+        for line in groups[key]:
+            emit(line)
+    for system, _, _ in runners:
+        top = final.get(system)
+        lines = tried.get(system, [])
+        base = top or (lines[-1] if lines else {"system": system})
+        out = {k: base.get(k) for k in ("n", "delivered", "missed", "early", "duplicate_records", "fires_per_s",
+                                         "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "durable",
+                                         "duration_s")}
+        emit({"scenario": "steady-max", "system": system, **out, "max_rate": top["rate"] if top else 0,
+              "max_rate_over_s": top["duration_s"] if top else None,
+              "runs": [[x["rate"], x["duration_s"], x["sustained"]] for x in lines],
+              "target_rate": STEADY_TARGET,
+              "target_met": bool(top and top["rate"] >= STEADY_TARGET and top["duration_s"] >= 60),
+              **machine()})
+
+
+def punctuality(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None) -> None:
+    import fl
+    import peers
+
+    rate, duration = 50, (5 if quick else 20)
+    name = "punctuality"
+    lines = []
+    if systems is None or fl.SYSTEM in systems:
+        lines.append(fl.steady(sink, tmp, name, rate, duration, drain_s=3))
+    if not quick:
+        for peer in peers.PEERS:
+            if systems is None or peer.system in systems:
+                lines.append(peers.steady(peer, sink, tmp, name, rate, duration, drain_s=3))
+    ratios(lines)
+    for line in lines:
+        line["p99_target_s"] = 0.05
+        if line["system"] == fl.SYSTEM:
+            line["target_met"] = not _bad(line) and line["lateness_p99_s"] is not None \
+                and line["lateness_p99_s"] <= 0.05
+        emit(line)
+
+
+def profile(sink: Sink, tmp: Path, quick: bool) -> None:
+    import fl
+
+    n = 2000 if quick else 10_000
+    line = fl.burst(sink, tmp, f"profile-burst-{n}", n, deadline_s=60 if quick else 180, profile=True)
+    line["note"] = "under py-spy (250 Hz): slower than the unprofiled burst; read the frames, not the rates"
+    emit(line)
+
+
+def components(quick: bool) -> None:
+    keys = {"n": None, "delivered": None, "missed": None, "early": None, "duplicate_records": None,
+            "fires_per_s": None, "lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None}
+    for script, args in (("recurrence.py", ["--quick"] if quick else []), ("dispatch.py", []),
+                         ("credentials.py", [])):
+        if not (BENCH / script).exists():
+            continue
+        say(f"component: {script}")
+        proc = subprocess.run([sys.executable, str(BENCH / script), *args], stdout=subprocess.PIPE, text=True)
+        for raw in proc.stdout.splitlines():
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            obj.setdefault("scenario", f"component-{script.removesuffix('.py')}")
+            obj.setdefault("system", "fireledger-sqlite")
+            for k, v in keys.items():
+                obj.setdefault(k, v)
+            emit(obj)
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv[1:]
-    runs = [
-        [str(HERE / "recurrence.py"), *(["--quick"] if quick else [])],
-        [str(HERE / "firepath.py"), "--n", "1000"],
-    ]
-    if not quick:
-        runs.append([str(HERE / "firepath.py"), "--n", "10000"])
-    runs.append([str(HERE / "dispatch.py"), *(["--n", "1000"] if quick else [])])
-    if (HERE / "credentials.py").exists():
-        runs.append([str(HERE / "credentials.py")])
-    rc = 0
-    for args in runs:
-        proc = subprocess.run([sys.executable, *args], stdout=subprocess.PIPE, text=True)
-        sys.stdout.write(proc.stdout)
-        sys.stdout.flush()
-        rc |= proc.returncode
-    return rc
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short forms (a few minutes)")
+    ap.add_argument("--only", help=f"comma-separated scenario groups: {', '.join(ALL)}")
+    ap.add_argument("--systems", help="comma-separated systems (fireledger-sqlite, apscheduler3-memory, …)")
+    ap.add_argument("--profile", action="store_true", help="also profile a fireledger burst with py-spy")
+    ap.add_argument("--burst-sizes", help="comma-separated burst sizes instead of 10000,45000 [2000]")
+    a = ap.parse_args()
+    only = set(a.only.split(",")) if a.only else set(ALL)
+    unknown = only - set(ALL)
+    if unknown:
+        ap.error(f"--only: unknown scenario group {sorted(unknown)[0]!r} (choose from {', '.join(ALL)})")
+    if not a.only:
+        only -= DEFAULT_OFF
+    if a.profile:
+        only.add("profile")
+    systems = set(a.systems.split(",")) if a.systems else None
+    import fl
+    import peers
+
+    known = {fl.SYSTEM, *(p.system for p in peers.PEERS)}
+    if systems is not None and systems - known:
+        ap.error(f"--systems: unknown system {sorted(systems - known)[0]!r} (choose from {', '.join(sorted(known))})")
+    try:
+        sizes = [int(x) for x in a.burst_sizes.split(",")] if a.burst_sizes else None
+    except ValueError:
+        ap.error(f"--burst-sizes: {a.burst_sizes!r} is not a comma-separated list of integers")
+    if sizes is not None and any(x < 1 for x in sizes):
+        ap.error("--burst-sizes: every size must be at least 1")
+    t0 = time.monotonic()
+    say(f"start: {'quick' if a.quick else 'full'} run of {', '.join(g for g in ALL if g in only)}")
+    with tempfile.TemporaryDirectory(prefix="fireledger-bench-") as d:
+        tmp = Path(d)
+        sink = Sink(tmp)
+        try:
+            if "sink" in only:
+                emit(sink_capacity(sink, a.quick))
+            if "burst" in only:
+                burst(sink, tmp, a.quick, systems, sizes)
+            if "steady" in only:
+                steady(sink, tmp, a.quick, systems)
+            if "commit" in only:
+                import commit
+
+                for line in commit.scenario(tmp, 5000 if a.quick else 20_000):
+                    emit(line)
+            if "scale" in only:
+                import scale
+
+                for line in scale.scenario(tmp, 100_000 if a.quick else 1_000_000):
+                    emit(line)
+            if "punctuality" in only:
+                punctuality(sink, tmp, a.quick, systems)
+            if "profile" in only:
+                profile(sink, tmp, a.quick)
+        finally:
+            sink.close()
+    if "components" in only:
+        components(a.quick)
+    say(f"done in {time.monotonic() - t0:.0f}s")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,210 @@
+"""Shared pieces of the benchmark suite: the sink process, result lines, percentiles, summaries.
+
+Every scenario prints one JSON object per system on stdout (``emit``); progress goes to stderr
+(``say``). Lateness is always *arrival at the shared sink* minus *scheduled instant*, both read from
+this machine's clock (the sink stamps ``time.time_ns()`` on arrival).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+for p in (ROOT / "src", ROOT / "tests", BENCH):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+S = 1_000_000
+_T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    """Progress on stderr (stdout carries only JSON lines)."""
+    sys.stderr.write(f"[bench {time.monotonic() - _T0:7.1f}s] {msg}\n")
+    sys.stderr.flush()
+
+
+def emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, separators=(", ", ": ")) + "\n")
+    sys.stdout.flush()
+
+
+def pct(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile of ``values`` (None when empty)."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(p / 100 * len(s)) - 1))]
+
+
+def rnd(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, nd)
+
+
+def wait_until(pred: Callable[[], Any], timeout_s: float, interval_s: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)   # polling with a deadline
+
+
+def http_json(url: str, timeout_s: float = 120) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        return json.loads(r.read())
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "load1": round(os.getloadavg()[0], 2)}
+
+
+def rss_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak) of a process, KiB (Linux /proc)."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            out[line.split(":")[0]] = int(line.split()[1])
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- the sink --------------------------------------------------------------------------------------
+
+
+class Sink:
+    """``bench/sink.py`` in its own process."""
+
+    def __init__(self, tmp: Path, secret: str | None = SECRET, sample_every: int = 100) -> None:
+        port_file = tmp / "sink.port"
+        cmd = [sys.executable, str(BENCH / "sink.py"), "--port", "0", "--port-file", str(port_file),
+               "--sample-every", str(sample_every)]
+        if secret:
+            cmd += ["--secret", secret]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        wait_until(lambda: port_file.exists() or self.proc.poll() is not None, 20, what="the sink to listen")
+        if self.proc.poll() is not None:
+            raise RuntimeError("the sink did not start")
+        self.base = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        self.url = f"{self.base}/hook"
+
+    def count(self) -> int:
+        return int(http_json(f"{self.base}/_admin/count")["count"])
+
+    def records(self, since: int = 0) -> list[tuple[int, str]]:
+        return [(int(ns), ident) for ns, ident in http_json(f"{self.base}/_admin/records?since={since}")["records"]]
+
+    def stats(self) -> dict[str, Any]:
+        return http_json(f"{self.base}/_admin/stats")  # type: ignore[no-any-return]
+
+    def clear(self) -> None:
+        http_json(f"{self.base}/_admin/clear")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- identities and summaries ---------------------------------------------------------------------
+
+
+def identify(ident: str) -> tuple[str, int] | None:
+    """(identity, scheduled µs) of one sink record: a fireledger fire key, or a peer's JSON body."""
+    if ident.startswith("{"):
+        try:
+            body = json.loads(ident)
+            return f"{body['id']}@{body['s']}", int(body["s"])
+        except (ValueError, KeyError, TypeError):
+            return None
+    from fireledger.domain.keys import FireKey
+
+    try:
+        return ident, FireKey.parse(ident).scheduled_us
+    except ValueError:
+        return None
+
+
+def summarise(records: Iterable[tuple[int, str]], n: int, *, t0_us: int,
+              window: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The DESIGN §4 keys from sink records. ``n`` fires were expected (with scheduled instants in
+    ``window`` = [lo, hi) µs when given; records outside it are ignored). ``fires_per_s`` is
+    deliveries per second from ``t0_us`` (the burst instant / the start of the steady window) to the
+    last first arrival. Lateness is taken at each fire's first arrival."""
+    first: dict[str, tuple[int, int]] = {}
+    total = 0
+    unknown = 0
+    for ns, raw in records:
+        got = identify(raw)
+        if got is None:
+            unknown += 1
+            continue
+        key, sched = got
+        if window is not None and not window[0] <= sched < window[1]:
+            continue
+        total += 1
+        arr_us = ns // 1000
+        prev = first.get(key)
+        if prev is None or arr_us < prev[0]:
+            first[key] = (arr_us, sched)
+    lat = [(a - s) / S for a, s in first.values()]
+    last = max((a for a, _ in first.values()), default=None)
+    delivered = len(first)
+    return {
+        "n": n,
+        "delivered": delivered,
+        "missed": max(0, n - delivered),
+        "early": sum(1 for x in lat if x < 0),
+        "duplicate_deliveries": total - delivered,
+        "fires_per_s": rnd(delivered / max(1e-6, (last - t0_us) / S), 1) if last is not None else 0.0,
+        "lateness_p50_s": rnd(pct(lat, 50)),
+        "lateness_p99_s": rnd(pct(lat, 99)),
+        "lateness_max_s": rnd(max(lat, default=None)),
+        "unparsed_records": unknown,
+    }
+
+
+def ratios(lines: list[dict[str, Any]], ours: str = "fireledger") -> None:
+    """Add ``vs_fireledger`` to each peer line (peer ÷ fireledger) and ``vs_peers`` to fireledger's
+    (fireledger ÷ peer) for fires/s and p99 lateness."""
+    mine = next((x for x in lines if x["system"].startswith(ours)), None)
+    if mine is None:
+        return
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None or b == 0:
+            return None
+        return round(a / b, 3)
+
+    vs = {}
+    for x in lines:
+        if x is mine:
+            continue
+        vs[x["system"]] = {"fires_per_s": ratio(mine["fires_per_s"], x["fires_per_s"]),
+                           "lateness_p99_s": ratio(mine["lateness_p99_s"], x["lateness_p99_s"])}
+        x["vs_fireledger"] = {"fires_per_s": ratio(x["fires_per_s"], mine["fires_per_s"]),
+                              "lateness_p99_s": ratio(x["lateness_p99_s"], mine["lateness_p99_s"])}
+    mine["vs_peers"] = vs
