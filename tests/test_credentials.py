@@ -261,3 +261,14 @@ def test_keyringfile_shares_rotation_between_processes(tmp_path: Path) -> None:
     assert dispatcher.prune(NOW + 105) == [old]
     assert [k["kid"] for k in control.ring().jwks()["keys"]] == [new]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_keyringfile_max_age_skips_the_stat_only_within_that_age(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    dispatcher = KeyRingFile(path, now_s=NOW)
+    control = KeyRingFile(path)
+    old = dispatcher.ring(max_age_s=1e9).current.kid    # first call looks at the file
+    new = control.rotate(NOW + 5, overlap_s=100)
+    assert new != old
+    assert dispatcher.ring(max_age_s=1e9).current.kid == old   # within the age: no stat, old ring
+    assert dispatcher.ring().current.kid == new                # no age: the change is seen at once

@@ -159,3 +159,18 @@ def test_cron_dst_gap_fire_is_decided_at_the_jump_with_tzdata_recorded(store):
     assert 1_774_746_000_000_000 in got
     from fireledger.recurrence import TZDATA_VERSION
     assert {f.tzdata_version for f in res.inserted} == {TZDATA_VERSION}
+
+
+def test_sleep_after_a_cycle_claims_an_instant_that_became_due_after_the_cycle_read_the_clock():
+    from fireledger.timing.loop import TickResult, sleep_after
+
+    ms = 1000
+    # The cycle read the clock at bound E and found nothing; the next instant E+2 ms is due by now
+    # (E+3 ms): claim at once, not after the 50 ms back-off (that made light-load fires 50 ms late).
+    assert sleep_after(TickResult(claimed_rows=0, earliest_us=T0), T0 + 2 * ms, T0 + 3 * ms, 0.5) == 0.0
+    # Due at the cycle's own bound yet not claimed (ownership ran out): back off instead of spinning.
+    assert sleep_after(TickResult(claimed_rows=0, earliest_us=T0), T0 - ms, T0 + 3 * ms, 0.5) == 0.05
+    # Otherwise: until the next instant, capped.
+    assert sleep_after(TickResult(claimed_rows=5, earliest_us=T0), T0 + 20 * ms, T0, 0.5) == 0.02
+    assert sleep_after(TickResult(claimed_rows=5, earliest_us=T0), T0 + 20 * 10**6, T0, 0.5) == 0.5
+    assert sleep_after(TickResult(claimed_rows=0, earliest_us=T0), None, T0, 0.5) == 0.5

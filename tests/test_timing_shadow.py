@@ -279,3 +279,14 @@ def test_a_timing_process_serves_its_own_metrics(tmp_path):
     bad = cli("timing", "--db", f"sqlite:///{tmp_path}/fl.db", env={"FIRELEDGER_METRICS_LISTEN": "nowhere"},
               check=False)
     assert bad.returncode == 2 and "FIRELEDGER_METRICS_LISTEN: 'nowhere' is not HOST:PORT" in bad.stderr
+
+
+def test_an_expensive_check_is_followed_by_a_pause_that_keeps_the_rebuilder_within_its_budget():
+    from fireledger.clock import FakeClock
+    from fireledger.timing.shadow import ShadowRebuilder, ShadowSettings
+
+    r = ShadowRebuilder(None, FakeClock(0), "n", ShadowSettings(interval_s=1.0, budget=0.05))  # type: ignore[arg-type]
+    assert r.pause_after(0.01) == 1.0                      # cheap checks: the interval
+    assert abs(r.pause_after(0.4) - 7.6) < 1e-9            # 0.4 s of work → 5 % of a core
+    busy = 0.4
+    assert busy / (busy + r.pause_after(busy)) <= 0.05 + 1e-9

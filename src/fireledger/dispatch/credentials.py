@@ -45,6 +45,7 @@ import re
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,6 +386,7 @@ class KeyRingFile:
         with self._locked():
             self._ring = KeyRing.load_or_create(self.path, now_s)
         self._sig = self._stat()
+        self._checked = -1e18
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -403,8 +405,16 @@ class KeyRingFile:
         finally:
             os.close(fd)
 
-    def ring(self) -> KeyRing:
-        """The ring as currently on disk (reloaded only when the file changed)."""
+    def ring(self, max_age_s: float = 0.0) -> KeyRing:
+        """The ring as currently on disk (reloaded only when the file changed). ``max_age_s`` > 0
+        lets a hot caller skip the ``stat`` when the file was looked at that recently (the attempt
+        runner: a rotation is seen within that time, and the published key set overlaps old and
+        new keys far longer, so a token minted meanwhile still verifies)."""
+        if max_age_s > 0:
+            now = time.monotonic()
+            if now - self._checked < max_age_s:
+                return self._ring
+            self._checked = now
         sig = self._stat()
         if sig is not None and sig != self._sig:
             with self._lock:

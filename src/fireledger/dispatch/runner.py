@@ -265,7 +265,7 @@ class Dispatcher:
             headers: dict[str, str] = {}
             if self.keys is not None:
                 # A credential that lives as long as this attempt (ADR-14).
-                token = mint(self.keys.ring(), issuer=self.issuer, audience=target.url,
+                token = mint(self.keys.ring(max_age_s=1.0), issuer=self.issuer, audience=target.url,
                              subject=f.trigger_id, fire_key=key, attempt=job.attempt,
                              body_sha256=body_sha256(body), now_s=now_s,
                              expires_s=now_s + math.ceil(job.policies.timeout_s) + 1)

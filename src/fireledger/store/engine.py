@@ -80,6 +80,7 @@ class SqliteEngine(Engine):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpointer = threading.Event()
 
@@ -130,14 +131,20 @@ class SqliteEngine(Engine):
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction. Writers of this process queue on a lock first: SQLite's own busy
+        handler *sleeps* between retries (up to 100 ms a step), so two threads of one process —
+        the timing loop committing fires, the dispatcher settling attempts — would otherwise delay
+        each other by whole sleep steps; the lock hands over the moment the holder commits.
+        Writers in other processes still meet at SQLite's lock and its busy timeout."""
         conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -76,6 +76,22 @@ class TickResult:
     released: list[NewFire] = field(default_factory=list)   # held fires released (overlap queue)
 
 
+def sleep_after(res: TickResult, next_due_us: int | None, earliest_now_us: int, max_sleep_s: float) -> float:
+    """Seconds to sleep after a cycle: until the next due instant (at most ``max_sleep_s``).
+
+    An instant already due is claimed at once — unless it was due at the cycle's own clock bound and
+    the cycle still claimed nothing (ownership ran out, a batch dropped): then 50 ms, not a spin; the
+    lease manager wakes the loop on a grant. An instant that became due only after the cycle read
+    the clock is *not* that case (it was not claimable then), and waiting 50 ms for it would make a
+    fire on a busy second up to 50 ms late."""
+    if next_due_us is None:
+        return max_sleep_s
+    delay = max(0.0, min((next_due_us - earliest_now_us) / 1e6, max_sleep_s))
+    if delay == 0.0 and res.claimed_rows == 0 and next_due_us <= res.earliest_us:
+        delay = min(0.05, max_sleep_s)
+    return delay
+
+
 class TimingLoop:
     def __init__(self, store: SqlStore, clock: Clock, node_id: str, *, batch: int = 1000,
                  eps_ceiling_us: int = DEFAULT_EPS_CEILING_US,
@@ -331,13 +347,7 @@ class TimingLoop:
                         delay = 1.0
                     else:
                         nxt = await loop.run_in_executor(executor, self._earliest_due)
-                        iv = self.clock.now()
-                        delay = self.max_sleep_s if nxt is None else (nxt - iv.earliest_us) / 1e6
-                        delay = max(0.0, min(delay, self.max_sleep_s))
-                        if delay == 0.0 and res.claimed_rows == 0:
-                            # Something is due that this cycle could not claim (ownership ran out,
-                            # a batch dropped): do not spin; the lease manager wakes us on a grant.
-                            delay = min(0.05, self.max_sleep_s)
+                        delay = sleep_after(res, nxt, self.clock.now().earliest_us, self.max_sleep_s)
                 except Exception:
                     log.exception("timing cycle failed; retrying")
                     delay = 1.0
