@@ -22,8 +22,16 @@ _LOCK = Lock()
 _CACHE_MAX = 2_000_000
 # Compiling is pure, so versions with the same stored schedule share one compiled recurrence (a
 # thousand triggers on "0 9 * * 1-5" in one zone compile once; intervals carry their own anchor).
-_BY_SPEC: OrderedDict[str, Recurrence] = OrderedDict()
+_BY_SPEC: OrderedDict[Any, Recurrence] = OrderedDict()
 _SPEC_MAX = 100_000
+
+
+def _spec_key(schedule: dict[str, Any]) -> Any:
+    """A hashable key equal for equal schedules (flat dicts of scalars — cheap — or JSON text)."""
+    items = tuple(sorted(schedule.items()))
+    if all(isinstance(v, str | int | float | bool) or v is None for _, v in items):
+        return tuple((k, type(v), v) for k, v in items)   # typed: 1, 1.0 and True stay apart
+    return json.dumps(schedule, sort_keys=True, separators=(",", ":"))
 
 
 def compile_schedule(schedule: dict[str, Any]) -> Recurrence:
@@ -42,7 +50,7 @@ def recurrence_for(trigger_id: str, version: int, schedule: dict[str, Any]) -> R
         rec = _CACHE.get(key)
         if rec is not None:
             return rec
-    spec = json.dumps(schedule, sort_keys=True, separators=(",", ":"))
+    spec = _spec_key(schedule)
     with _LOCK:
         rec = _BY_SPEC.get(spec)
     if rec is None:

@@ -72,11 +72,24 @@ def policies_to_json(p: Policies) -> str:
     return json.dumps(asdict(p), sort_keys=True)
 
 
+_POLICIES: dict[str, Policies] = {}
+
+
 def policies_from_json(text: str) -> Policies:
+    """Decode stored policies. Policies are immutable values and most versions share a few distinct
+    texts, so decoded values are shared (a bounded cache: a burst of new triggers is not a burst of
+    JSON decoding)."""
+    found = _POLICIES.get(text)
+    if found is not None:
+        return found
     d = json.loads(text)
     d["missed_fire"] = MissedFirePolicy(d["missed_fire"])
     d["overlap"] = OverlapPolicy(d["overlap"])
-    return Policies(**d)
+    p = Policies(**d)
+    if len(_POLICIES) >= 10_000:
+        _POLICIES.clear()
+    _POLICIES[text] = p
+    return p
 
 
 def _fire(row: Sequence[Any]) -> Fire:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -295,12 +296,14 @@ class TimingLoop:
             if len(rows) < self.batch or res.dropped:
                 break
         pending = [f for f in res.inserted if f.state == FireState.PENDING]
-        for f in res.inserted:
-            METRICS.fires.labels(f.lane.value, f.state.value).inc()
+        for (lane, state), count in Counter((f.lane, f.state) for f in res.inserted).items():
+            METRICS.fires.labels(lane.value, state.value).inc(count)
+        observe = METRICS.lateness.observe
         for f in pending:
-            self.lateness_us.append(f.decided_us - f.scheduled_us)
-            if f.lane.value == "on-time":
-                METRICS.lateness.observe((f.decided_us - f.scheduled_us) / 1e6)
+            late_us = f.decided_us - f.scheduled_us
+            self.lateness_us.append(late_us)
+            if f.lane is Lane.ON_TIME:
+                observe(late_us / 1e6)
         if len(self.lateness_us) > 100_000:
             del self.lateness_us[:50_000]
         if pending or res.released:
