@@ -41,6 +41,48 @@ def keyring_path(store: SqlStore) -> str:
     return "./fireledger-keys.json"
 
 
+def dispatch_processes(env: dict[str, str] | None = None) -> int:
+    """``FIRELEDGER_DISPATCH_PROCESSES`` (default 1): how many processes ``serve`` dispatches from.
+
+    An attempt runner is bound by one core (Python's interpreter lock); ``serve`` with N > 1 starts
+    N − 1 extra ``fireledger dispatch`` processes on the same store, which share the lanes the way
+    any dispatch processes do (claims are compare-and-set inside a write transaction, so nothing is
+    leased twice). Raises ``ValueError`` naming the variable."""
+    text = (env if env is not None else os.environ).get("FIRELEDGER_DISPATCH_PROCESSES", "1").strip()
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise ValueError(f"FIRELEDGER_DISPATCH_PROCESSES: {text!r} is not a whole number from 1 to 64")
+    return int(text)
+
+
+async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event) -> None:
+    """Keep ``n`` child ``fireledger dispatch`` processes running until ``stop``; a child that exits
+    is started again after a second (logged). On stop each child gets SIGTERM (its attempts in
+    flight settle or their leases lapse to another runner) and is waited for."""
+    import sys
+
+    cmd = [sys.executable, "-c", "from fireledger.cli import main; main()", "dispatch", "--db", db]
+    children: list[asyncio.subprocess.Process] = []
+
+    async def keep(slot: int) -> None:
+        while not stop.is_set():
+            proc = await asyncio.create_subprocess_exec(*cmd)
+            children.append(proc)
+            log.info("extra dispatch process %d started (pid %d)", slot, proc.pid)
+            code = await proc.wait()
+            children.remove(proc)
+            if not stop.is_set():
+                log.error("extra dispatch process %d exited with %s; starting it again in 1 s", slot, code)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+    keepers = [asyncio.create_task(keep(i + 1)) for i in range(n)]
+    await stop.wait()
+    for proc in list(children):
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    await asyncio.gather(*keepers, return_exceptions=True)
+
+
 def node_id(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
@@ -52,7 +94,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> None:
+async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None) -> None:
     import uvloop  # noqa: F401  (the policy is installed by the caller)
 
     from fireledger.timing import TimingNode
@@ -113,10 +155,15 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None) -> Non
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     waiter = asyncio.create_task(stop.wait())
+    extra = dispatch_processes() - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
+    supervisor = asyncio.create_task(_supervise_dispatchers(db, extra, stop)) if extra and db else None
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     for t in done:
         if t is not waiter and t.exception() is not None:
             log.error("plane %s stopped: %s", t.get_name(), t.exception())
+    stop.set()
+    if supervisor is not None:
+        await supervisor
     if timing is not None:
         timing.stop()
     if dispatcher is not None:
@@ -144,6 +191,8 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
     try:
         if {"control", "dispatch"} & set(roles):
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
-        uvloop.run(_run(store, roles, listen))
+        if "dispatch" in roles:
+            dispatch_processes()   # a bad value stops the process before anything starts
+        uvloop.run(_run(store, roles, listen, db))
     finally:
         store.close()
