@@ -16,6 +16,7 @@ survives a process crash (``kill -9``); the last commits before an OS crash or p
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -29,7 +30,10 @@ from fireledger.recurrence import format_instant
 from fireledger.store import SqlStore
 from load import compiled, load_triggers, tenant_and_target
 
-SYSTEM = "fireledger-sqlite"
+#: `serve` dispatches from this many processes (FIRELEDGER_DISPATCH_PROCESSES, passed through to the
+#: serve process); more than one shows in the system name.
+DISPATCH_PROCESSES = int(os.environ.get("FIRELEDGER_DISPATCH_PROCESSES", "1") or "1")
+SYSTEM = "fireledger-sqlite" + (f"-{DISPATCH_PROCESSES}dispatch" if DISPATCH_PROCESSES > 1 else "")
 LOAD_S_PER_TRIGGER = 0.0001   # bulk clone cost per trigger (measured ~30 µs), for the lead time
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -239,7 +240,11 @@ def main() -> int:
     ap.add_argument("--systems", help="comma-separated systems (fireledger-sqlite, apscheduler3-memory, …)")
     ap.add_argument("--profile", action="store_true", help="also profile a fireledger burst with py-spy")
     ap.add_argument("--burst-sizes", help="comma-separated burst sizes instead of 10000,45000 [2000]")
+    ap.add_argument("--dispatch-processes", type=int, default=None,
+                    help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; default 1)")
     a = ap.parse_args()
+    if a.dispatch_processes is not None:
+        os.environ["FIRELEDGER_DISPATCH_PROCESSES"] = str(a.dispatch_processes)   # before `fl` is imported
     only = set(a.only.split(",")) if a.only else set(ALL)
     unknown = only - set(ALL)
     if unknown:

@@ -5,8 +5,11 @@ Contract of :meth:`HttpSender.send`:
 * Exactly one ``POST`` to ``req.url`` with the body bytes as given, headers ``content-type:
   application/json``, ``fireledger-fire-key``, ``webhook-id`` (= ``req.msg_id``),
   ``webhook-timestamp`` (= ``req.timestamp``), ``webhook-signature`` (Standard Webhooks v1 with
-  ``req.secret``) and ``req.extra_headers``. No redirect is followed, no cookie is stored or sent,
-  no proxy from the environment is used unless asked for.
+  ``req.secret``) and ``req.extra_headers``, plus ``host``, ``user-agent`` and ``content-length``
+  (HTTP/1.1, no compression asked for). No redirect is followed, no cookie is stored or sent, no
+  proxy is used. Every connection obeys the egress guard (invariant 12,
+  :mod:`fireledger.security.egress`); a refused address is a final ``failed`` whose error says
+  ``egress refused`` and why, and nothing is sent.
 * It never raises for anything the network or the target does; the result says what happened:
 
   ============  ==============================================================================
@@ -21,12 +24,15 @@ Contract of :meth:`HttpSender.send`:
 * ``timeout_s`` bounds the whole exchange, from the call to the response status line and
   headers. The response body is then read (at most :data:`BODY_CAP_BYTES`, within what is left
   of the timeout) and discarded; once the status is known, a slow or broken body does not change
-  the outcome.
+  the outcome. A connection whose body was not read to its end (past the cap, out of time,
+  ``Connection: close``, HTTP/1.0 without keep-alive) is closed, not pooled.
 * ``error`` is a short description that never contains the request or response body.
 * ``sent`` reports whether the request headers were written to a connection, i.e. whether the
   target may have seen the attempt. Connection errors after the write are classified ``retry``
-  (as the dispatch plane's policy says) but keep ``sent=True``.
-* Cancellation (``asyncio.CancelledError``) propagates.
+  (as the dispatch plane's policy says) but keep ``sent=True``. A request is never resent within
+  one call (a pooled connection the peer closed is detected before use; one that fails after the
+  write is a ``retry``): the dispatch plane's retry is the resend, under the same key.
+* Cancellation (``asyncio.CancelledError``) propagates; the connection in use is closed.
 """
 
 from __future__ import annotations
@@ -34,17 +40,18 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import math
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType, SimpleNamespace
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Literal
 
-import aiohttp
 import yarl
 
 from fireledger.dispatch import signing
-from fireledger.security.egress import guarded_connector
+from fireledger.dispatch.wire import ExchangeError, Pool, Target, parse_target, request_bytes
+from fireledger.security.egress import EgressPolicy
 
 __all__ = [
     "BODY_CAP_BYTES",
@@ -74,6 +81,7 @@ RESERVED_HEADERS = frozenset(
     }
 )
 _ERROR_MAX = 200
+_TARGET_CACHE_MAX = 4096
 
 
 def _header_safe(name: str, value: str) -> None:
@@ -197,26 +205,30 @@ def parse_retry_after(value: str | None, *, date_header: str | None = None, now:
     return max(0.0, when - ref)
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= _ERROR_MAX else text[: _ERROR_MAX - 3] + "..."
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).strip()
     name = type(exc).__name__
-    out = f"{name}: {text}" if text else name
-    return out if len(out) <= _ERROR_MAX else out[: _ERROR_MAX - 3] + "..."
-
-
-async def _on_headers_sent(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
-    state = ctx.trace_request_ctx
-    if isinstance(state, dict):
-        state["sent"] = True
+    return _clip(f"{name}: {text}" if text else name)
 
 
 class HttpSender:
-    """Sends :class:`HttpRequest` s over one pooled ``aiohttp.ClientSession``.
+    """Sends :class:`HttpRequest` s over pooled HTTP/1.1 keep-alive connections
+    (:mod:`fireledger.dispatch.wire`: an asyncio protocol per connection, responses parsed by
+    httptools).
 
-    The session is created lazily on the first :meth:`send`, inside the running loop, and is bound
-    to that loop: using the sender from another loop raises ``RuntimeError``. ``limit`` caps the
-    number of simultaneous connections (``limit_per_host`` per host, 0 = no per-host cap); further
-    requests wait for a free connection, and that wait counts against their timeout. Call
+    The pool is created lazily on the first :meth:`send`, inside the running loop, and is bound to
+    that loop: using the sender from another loop raises ``RuntimeError``. ``limit`` caps the
+    number of simultaneous connections (``limit_per_host`` per origin — scheme, host, port —, 0 =
+    no per-origin cap); further requests wait for a free connection in arrival order, and that
+    wait counts against their timeout. Idle keep-alive connections count against ``limit`` too
+    (the oldest is closed to make room) and are closed after 15 s idle (``wire.KEEPALIVE_S``).
+    Every connection obeys the egress policy read from the environment when the
+    pool is created (:meth:`EgressPolicy.from_env`). ``ssl_context`` replaces the default
+    ``ssl.create_default_context()`` (certificate and host name verified, SNI sent). Call
     :meth:`close` (or use ``async with``) when done; a closed sender refuses to send.
     """
 
@@ -228,6 +240,7 @@ class HttpSender:
         user_agent: str = "fireledger",
         trust_env: bool = False,
         body_cap_bytes: int = BODY_CAP_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be >= 1")
@@ -235,14 +248,19 @@ class HttpSender:
             raise ValueError("limit_per_host must be >= 0")
         if body_cap_bytes < 0:
             raise ValueError("body_cap_bytes must be >= 0")
+        if trust_env:
+            # A proxy would be the address the guard vets, not the target (invariant 12).
+            raise ValueError("trust_env is not supported: dispatch never goes through a proxy")
+        _header_safe("user_agent", user_agent)
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._user_agent = user_agent
-        self._trust_env = trust_env
         self._body_cap = body_cap_bytes
-        self._session: aiohttp.ClientSession | None = None
+        self._ssl_context = ssl_context
+        self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._targets: dict[str, Target] = {}
 
     async def __aenter__(self) -> HttpSender:
         return self
@@ -250,107 +268,69 @@ class HttpSender:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _get_session(self) -> aiohttp.ClientSession:
+    def _get_pool(self) -> Pool:
         if self._closed:
             raise RuntimeError("HttpSender is closed")
         loop = asyncio.get_running_loop()
-        if self._session is None:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(_on_headers_sent)
+        if self._pool is None:
             # Egress guard (invariant 12): no loopback/private/metadata address unless the operator
             # allows it; each connection goes to the addresses its one resolution returned.
-            connector = guarded_connector(limit=self._limit, limit_per_host=self._limit_per_host)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                cookie_jar=aiohttp.DummyCookieJar(),  # never carry cookies between targets/tenants
-                auto_decompress=False,  # the body is discarded; do not spend CPU inflating it
-                trust_env=self._trust_env,
-                timeout=aiohttp.ClientTimeout(total=None),  # the per-send deadline is ours
-                headers={"user-agent": self._user_agent},
-                trace_configs=[trace],
-                raise_for_status=False,
-            )
+            self._pool = Pool(loop, limit=self._limit, limit_per_host=self._limit_per_host,
+                              policy=EgressPolicy.from_env(), ssl_context=self._ssl_context)
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("HttpSender is bound to another event loop")
-        return self._session
+        return self._pool
+
+    def _target(self, url: str) -> Target:
+        t = self._targets.get(url)
+        if t is None:
+            t = parse_target(url, self._user_agent)
+            if len(self._targets) >= _TARGET_CACHE_MAX:
+                self._targets.clear()
+            self._targets[url] = t
+        return t
 
     async def close(self) -> None:
         """Close the pooled connections. Idempotent."""
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     async def send(self, req: HttpRequest) -> HttpResult:
         """POST ``req`` once and classify the result (see the module docstring). Never raises for
         network or target behaviour; raises ``RuntimeError`` if the sender is closed."""
-        session = self._get_session()
-        headers = req.headers()
-        state: dict[str, bool] = {"sent": False}
+        pool = self._get_pool()
         start = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.timeout_s
-
-        def done(
-            outcome: Outcome, status: int | None, error: str | None, retry_after: float | None = None
-        ) -> HttpResult:
-            return HttpResult(
-                outcome=outcome,
-                http_status=status,
-                error=error,
-                duration_s=time.perf_counter() - start,
-                retry_after_s=retry_after,
-                sent=state["sent"],
-            )
-
+        deadline = pool.loop.time() + req.timeout_s
         try:
-            async with asyncio.timeout_at(deadline):
-                resp = await session.post(
-                    req.url,
-                    data=req.body,
-                    headers=headers,
-                    allow_redirects=False,
-                    trace_request_ctx=state,
-                )
-        except TimeoutError:
-            if state["sent"]:
-                return done("unknown", None, f"no response within {req.timeout_s:g}s")
-            return done("retry", None, f"timed out before the request was sent ({req.timeout_s:g}s)")
-        except aiohttp.InvalidURL as exc:
-            return done("failed", None, _short(exc))
-        except aiohttp.ClientError as exc:
-            return done("retry", None, _short(exc))
-        except (OSError, ValueError) as exc:
-            # OSError: socket-level failures aiohttp did not wrap. ValueError: a request aiohttp
-            # refuses to build (cannot succeed on retry).
-            if isinstance(exc, OSError):
-                return done("retry", None, _short(exc))
-            return done("failed", None, _short(exc))
-
-        async with resp:
-            status = resp.status
-            outcome = classify_status(status)
-            retry_after = None
-            if status in (429, 503):
-                retry_after = parse_retry_after(
-                    resp.headers.get("Retry-After"), date_header=resp.headers.get("Date")
-                )
-            error = None if outcome == "delivered" else f"HTTP {status}"
-            # Read (and discard) at most the cap, within what is left of the deadline. Past the
-            # cap the connection is closed rather than returned to the pool.
-            try:
-                async with asyncio.timeout_at(deadline):
-                    remaining = self._body_cap
-                    while remaining > 0:
-                        chunk = await resp.content.read(min(remaining, 16384))
-                        if not chunk:
-                            break
-                        remaining -= len(chunk)
-            except TimeoutError:
-                pass
-            except (aiohttp.ClientError, OSError):
-                pass
-            if not resp.content.at_eof():
-                resp.close()
-            return done(outcome, status, error, retry_after)
+            target = self._target(req.url)
+            data = request_bytes(target, req.headers(), req.body)
+        except ValueError as exc:   # a request that cannot be made (cannot succeed on retry)
+            return HttpResult("failed", None, _short(exc), time.perf_counter() - start)
+        try:
+            reply = await pool.post(target, data, deadline, self._body_cap)
+        except ExchangeError as exc:
+            if exc.kind == "timeout":
+                if exc.sent:
+                    error = f"no response within {req.timeout_s:g}s"
+                    return HttpResult("unknown", None, error, time.perf_counter() - start, sent=True)
+                error = f"timed out before the request was sent ({req.timeout_s:g}s)"
+                return HttpResult("retry", None, error, time.perf_counter() - start)
+            return HttpResult("retry", None, _clip(str(exc)), time.perf_counter() - start, sent=exc.sent)
+        except ValueError as exc:   # EgressRefused: final, names the host and why
+            return HttpResult("failed", None, _short(exc), time.perf_counter() - start)
+        status = reply.status
+        outcome = classify_status(status)
+        retry_after = None
+        if status == 429 or status == 503:
+            retry_after = parse_retry_after(reply.retry_after, date_header=reply.date)
+        return HttpResult(
+            outcome=outcome,
+            http_status=status,
+            error=None if outcome == "delivered" else f"HTTP {status}",
+            duration_s=time.perf_counter() - start,
+            retry_after_s=retry_after,
+            sent=True,
+        )

@@ -1,13 +1,15 @@
 """Egress guard: where the service may open an outbound connection (DESIGN.md §4, invariant 12).
 
-Every outbound HTTP connection the service makes — a dispatch attempt, a verification challenge —
-goes through :func:`guarded_connector`, an ``aiohttp.TCPConnector`` with two checks:
+Every outbound HTTP connection the service makes passes the same two checks — a dispatch attempt
+through the attempt runner's own HTTP/1.1 client (:mod:`fireledger.dispatch.wire`, which uses both
+pieces directly), a verification challenge through :func:`guarded_connector` (an
+``aiohttp.TCPConnector`` built from them):
 
 * a resolver (:class:`GuardedResolver`) that resolves the host **once** and refuses the whole name
-  when *any* of its addresses is refused; the connector then connects only to the addresses this
+  when *any* of its addresses is refused; the connection is then opened only to the addresses this
   resolution returned (the attempt is pinned to them: no second lookup can rebind the name);
-* a socket factory that checks the address each socket is actually opened to — this also covers
-  IP-literal URLs, which aiohttp does not pass to the resolver.
+* a socket factory (:func:`guarded_socket_factory`) that checks the address each socket is actually
+  opened to — this also covers IP-literal URLs, which skip the resolver.
 
 What is refused (:meth:`EgressPolicy.refusal`):
 
