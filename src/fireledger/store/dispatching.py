@@ -427,6 +427,15 @@ class DispatchingMixin:
                 fresh = {(r[0], r[1], r[2], r[3]): Fire(*r) for r in c.execute(
                     q["dp_still_due"], {"ids": keys_json, "now_us": now_us}).fetchall()}
                 cands = {lane: [fresh[k] for k in (_pk(f) for f in fs) if k in fresh] for lane, fs in pre.items()}
+                # Another claimer (a thread or process sharing the file) took most of this order
+                # between the ranking and the lock: rank that lane again, now under the lock, so a
+                # contended round still offers what is due instead of coming back empty.
+                short = {lane: fetch[lane] for lane, fs in pre.items() if fs and 2 * len(cands[lane]) < len(fs)}
+                if short:
+                    cands.update(self._ranked_candidates(c, now_us, short))
+                    if cache is not None:
+                        for lane in short:
+                            cache.lanes.pop(lane, None)
             else:
                 cands = self._ranked_candidates(c, now_us, fetch)
             offered = {lane: len(v) for lane, v in cands.items()}
