@@ -393,9 +393,12 @@ class DispatchingMixin:
             pre = {}
             to_rank = {}
             for lane, limit in fetch.items():
-                cached = cache.take(lane, now_us, limit) if cache is not None and limit > 0 else None
+                # Only the on-time lane's order is kept between rounds: the recovery lanes are paced
+                # and drained in the published shedding order, which must see their fires as they are.
+                use_cache = cache is not None and lane == ON_TIME
+                cached = cache.take(lane, now_us, limit) if use_cache and cache is not None and limit > 0 else None
                 if cached is None:
-                    to_rank[lane] = limit if cache is None else max(limit, cache.depth)
+                    to_rank[lane] = max(limit, cache.depth) if use_cache and cache is not None else limit
                 else:
                     pre[lane] = cached
             if to_rank:
@@ -404,7 +407,7 @@ class DispatchingMixin:
                     ranked = self._ranked_candidates(c, now_us, to_rank)
                 cost_us = (time.perf_counter_ns() - started) // 1000
                 for lane, fires in ranked.items():
-                    if cache is not None:
+                    if cache is not None and lane == ON_TIME:
                         cache.keep(lane, now_us, fires, cost_us)
                     pre[lane] = fires[:fetch[lane]]
         try:
