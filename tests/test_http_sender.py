@@ -458,7 +458,7 @@ def keep_ok(n: int, head: bytes, writer: Any) -> tuple[bytes, bool]:
 async def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not predicate():
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)   # poll interval, bounded by the timeout above
     assert predicate(), what
 
 
