@@ -11,9 +11,8 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
@@ -23,6 +22,7 @@ from fireledger.recurrence import TZDATA_VERSION
 from fireledger.retention import retention_loop
 from fireledger.security.envelope import cipher_for
 from fireledger.security.tenancy import purge_loop
+from fireledger.stopping import StopGuard, stop_timeout_s
 from fireledger.store import SqlStore
 from fireledger.store.engine import SqliteEngine
 
@@ -54,7 +54,7 @@ def dispatch_processes(env: dict[str, str] | None = None) -> int:
     return int(text)
 
 
-async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event) -> None:
+async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: float = 10.0) -> None:
     """Keep ``n`` child ``fireledger dispatch`` processes running until ``stop``; a child that exits
     is started again after a second (logged). On stop each child gets SIGTERM (its attempts in
     flight settle or their leases lapse to another runner) and is waited for."""
@@ -80,7 +80,12 @@ async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event) -> None:
     for proc in list(children):
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
-    await asyncio.gather(*keepers, return_exceptions=True)
+    _, late = await asyncio.wait(keepers, timeout=grace_s)
+    if late:   # a child that outlives its own bounded stop is killed (invariant 17)
+        for proc in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        await asyncio.wait(late, timeout=1.0)
 
 
 def node_id(role: str) -> str:
@@ -110,6 +115,12 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
             "the kernel reports its clock unsynchronised; using the declared bound ε = %.1f ms "
             "(FIRELEDGER_DECLARED_EPS_MS). Every fire records this source.", iv.eps_us / 1000)
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    # Bounded stop (invariant 17): SIGTERM/SIGINT start a drain with a deadline and arm a watchdog
+    # that ends the process at FIRELEDGER_STOP_TIMEOUT_S whatever is still running.
+    stop_s = stop_timeout_s()
+    guard = StopGuard(stop_s, lambda: loop.call_soon_threadsafe(stop.set))
+    guard.install()
     tasks: list[asyncio.Task[None]] = []
     dispatcher = None
     timing = None
@@ -136,10 +147,18 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
         def changed() -> None:
             if timing is not None:
                 loop.call_soon_threadsafe(timing.wake)
+        class _Server(uvicorn.Server):
+            """uvicorn without its own signal handlers: the StopGuard owns SIGTERM/SIGINT and sets
+            ``should_exit`` (uvicorn's handlers would replace the guard's while it serves)."""
+
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
         app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                               access_log=False, lifespan="off"))
+        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                        lifespan="off", timeout_graceful_shutdown=max(1, int(stop_s * 0.4))))
         tasks.append(asyncio.create_task(server.serve(), name="control"))
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
@@ -150,27 +169,34 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     retention = asyncio.create_task(retention_loop(store, clock), name="retention") if "control" in roles else None
     # The due age (per partition) is read from the store at scrape time by the control plane's
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     waiter = asyncio.create_task(stop.wait())
     extra = dispatch_processes() - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
-    supervisor = asyncio.create_task(_supervise_dispatchers(db, extra, stop)) if extra and db else None
+    supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
+                  if extra and db else None)
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     for t in done:
         if t is not waiter and t.exception() is not None:
             log.error("plane %s stopped: %s", t.get_name(), t.exception())
+    if not stop.is_set():
+        guard.trigger("a plane ended")   # the same bounded stop as for a signal
     stop.set()
-    if supervisor is not None:
-        await supervisor
+    # The planes drain within about half the stop timeout; whatever still runs at 0.7 of it is
+    # cancelled, and the watchdog ends the process at the timeout whatever is left.
+    deadline = loop.time() + stop_s * 0.7
     if timing is not None:
         timing.stop()
     if dispatcher is not None:
-        dispatcher.stop()
+        dispatcher.stop(drain_s=stop_s * 0.5)
     if server is not None:
         server.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
+    if supervisor is not None:
+        tasks.append(supervisor)
+    _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+    if late:
+        log.warning("stopping: %s did not stop in time; cancelled", ", ".join(sorted(t.get_name() for t in late)))
+        for t in late:
+            t.cancel()
+        await asyncio.wait(late, timeout=stop_s * 0.1)
     waiter.cancel()
     if purge is not None:
         purge.cancel()
@@ -193,6 +219,7 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
         if "dispatch" in roles:
             dispatch_processes()   # a bad value stops the process before anything starts
+        stop_timeout_s()   # FIRELEDGER_STOP_TIMEOUT_S: a bad value stops the process before anything starts
         uvloop.run(_run(store, roles, listen, db))
     finally:
         store.close()

@@ -19,6 +19,7 @@ Targets of kinds other than ``http`` (queues, in-process callables) need no veri
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
@@ -36,6 +37,8 @@ VERIFICATION_TTL_S = 30 * 86_400
 CHALLENGE_TIMEOUT_S = 10.0
 CHALLENGE_MAX_BYTES = 1024
 DISPATCH_CACHE_S = 1.0
+
+_log = logging.getLogger("fireledger.dispatch")
 
 
 def challenge_url(target_url: str, token: str) -> str:
@@ -151,9 +154,10 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
     """The attempt runner's trust gate, called once per attempt before anything is sent:
     ``(job, None)`` with the payload decrypted (the one decryption point, :mod:`.envelope`), or
     ``(job, cause)`` when the attempt must not be made — the target's verification is missing, failed
-    or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed).
+    or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed, or
+    the key-encryption key does not unwrap it: ``KekError``, never raised from here).
     The runner records such an attempt ``failed`` with the cause; the target is not called."""
-    from .envelope import PayloadUnreadable, open_job_payload
+    from .envelope import KekError, PayloadUnreadable, open_job_payload
 
     refusal = await dispatch_refusal(store, job.target, now_us)
     if refusal is not None:
@@ -162,6 +166,12 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
         return await open_job_payload(store, job), None
     except PayloadUnreadable as exc:
         return job, f"not sent: {exc}"
+    except KekError as exc:
+        # The deployment's key-encryption key cannot unwrap this tenant's key: recorded with a cause
+        # (no path or key detail: the tenant reads it), the detail logged for the operator.
+        _log.error("tenant %s: the payload key cannot be unwrapped: %s", job.fire.tenant_id, exc)
+        return job, ("not sent: the payload cannot be opened: this deployment's key-encryption key does "
+                     "not unwrap the tenant's data key (KekError)")
 
 
 def forget_cached(target_id: str | None = None) -> None:
