@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -134,3 +135,51 @@ def test_serve_stops_in_time_with_a_blocked_internal_callable(sink, tmp_path) ->
         assert "did not stop within" in svc.log_text()
     finally:
         svc.stop()
+
+
+def test_the_attempt_runner_returns_in_time_while_its_store_is_locked(tmp_path) -> None:
+    """A stuck settlement (and a stuck claim): another connection holds SQLite's write lock, so the
+    runner's store thread waits in the busy handler. ``stop()`` must not wait for it."""
+    import sqlite3
+
+    from fireledger.clock import SystemClock
+    from fireledger.dispatch.runner import Dispatcher
+    from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
+    from storekit import add_target, add_tenant, add_trigger, open_store
+    from test_hardening_plane_stall import PlanesThread
+
+    store = open_store("sqlite", tmp_path, None)
+    sink = SinkServer(secrets=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+    base = sink.start_in_thread()
+    locker = sqlite3.connect(str(tmp_path / "store.db"), isolation_level=None, timeout=1)
+    planes = None
+    try:
+        clock = SystemClock(declared_eps_us=2_000)
+        now = clock.now().latest_us
+        t = add_tenant(store, now_us=now)
+        tg = add_target(store, t, url=f"{base}/slow/1", secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", now_us=now)
+        trig, _, _ = add_trigger(store, t, tg, {"every": "60s"}, now_us=now)
+        fire = NewFire(t.id, trig.id, now, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING, now, "2026f", "t")
+        row = store.get_trigger(t.id, trig.id)
+        store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), (fire,))])
+        d = Dispatcher(store, clock, "d1", idle_s=0.05)
+        d.drain_s = 2.0
+        planes = PlanesThread([d]).start()
+        wait_until(lambda: len(sink.records()) >= 1, 15, "the attempt to reach the target")
+        locker.execute("BEGIN IMMEDIATE")   # the store is now stuck for the runner (busy timeout 30 s)
+        wait_until(lambda: time.time() >= sink.records()[0]["arrived_at"] + 1.5, 5, "the answer and its recording",
+                   interval_s=0.05)
+        started = time.monotonic()
+        stopped = planes.stop(d.drain_s + 3)
+        took = time.monotonic() - started
+        assert stopped, f"the attempt runner did not return within {d.drain_s + 3:g}s of stop()"
+        assert took <= d.drain_s + 3
+    finally:
+        locker.close()   # releases the lock: the store thread finishes and the thread can end
+        if planes is not None:
+            planes.thread.join(40)
+        # The runner returned without its store thread; let that call end before closing the store.
+        wait_until(lambda: not any(th.name.startswith("dispatch-store") for th in threading.enumerate()), 40,
+                   "the abandoned store call to end")
+        sink.stop()
+        store.close()

@@ -222,4 +222,24 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
         stop_timeout_s()   # FIRELEDGER_STOP_TIMEOUT_S: a bad value stops the process before anything starts
         uvloop.run(_run(store, roles, listen, db))
     finally:
-        store.close()
+        busy = _threads_still_running(1.0)
+        if busy:   # closing a connection under a running call could crash the process: leave it to exit
+            log.warning("store calls still running in %s; the store is closed with the process", ", ".join(busy))
+        else:
+            store.close()
+
+
+def _threads_still_running(wait_s: float) -> list[str]:
+    """Names of the worker threads (not daemons) still running after up to ``wait_s`` seconds."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + wait_s
+    busy = []
+    for t in threading.enumerate():
+        if t is threading.current_thread() or t.daemon:
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            busy.append(t.name)
+    return busy

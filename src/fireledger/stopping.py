@@ -64,6 +64,11 @@ class StopGuard:
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
+        """Handle SIGTERM/SIGINT (main thread only: elsewhere, e.g. embedded in a thread, the
+        embedder owns the signals and calls :meth:`trigger`)."""
+        if threading.current_thread() is not threading.main_thread():
+            log.debug("not in the main thread: SIGTERM/SIGINT are left to the embedding program")
+            return
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
 

@@ -209,6 +209,7 @@ class Dispatcher:
         self.rank_cache = RankCache()   # one ranking of a large backlog serves several rounds
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
+        self._claiming: asyncio.Future[ClaimResult] | None = None
 
     @classmethod
     def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
@@ -249,6 +250,8 @@ class Dispatcher:
         if drain_s is not None:
             self.drain_s = drain_s
         self._stopping = True
+        if self._claiming is not None:
+            self._claiming.cancel()   # a claim round still in the store: stop waiting for it
         self.wake()
 
     # --- capacity -------------------------------------------------------------------------------
@@ -412,7 +415,15 @@ class Dispatcher:
                 if fetch:
                     try:
                         started = loop.time()
-                        res = await loop.run_in_executor(executor, self._claim, cap, fetch)
+                        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch)
+                        try:
+                            res = await claiming
+                        except asyncio.CancelledError:
+                            if self._stopping and claiming.cancelled():
+                                break   # stop() does not wait for a claim stuck in the store
+                            raise
+                        finally:
+                            self._claiming = None
                         if log.isEnabledFor(logging.DEBUG):
                             log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
                                       sum(res.waiting.values()), (loop.time() - started) * 1000)
