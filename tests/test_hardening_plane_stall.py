@@ -233,3 +233,31 @@ def test_a_poisoned_retry_after_does_not_stall_another_tenants_fires(store) -> N
         assert stuck == []
     finally:
         sink.stop()
+
+
+def test_a_blocking_internal_callable_cannot_take_every_thread() -> None:
+    """One tenant's callable that blocks (its calls outlive their timeout and keep their threads)
+    must leave threads for another tenant's callable."""
+    from datetime import UTC, datetime
+
+    from fireledger.dispatch.internal import InternalCall, InternalRegistry
+
+    reg = InternalRegistry()
+    release = threading.Event()
+    reg.register("a.block", lambda call: release.wait(60), tenants={"tn_a"})
+    reg.register("b.ok", lambda call: None, tenants={"tn_b"})
+
+    def call(n: int) -> InternalCall:
+        return InternalCall(f"k{n}", "tr", datetime(2027, 1, 1, tzinfo=UTC), 1, "on-time", "scheduled", 1, {})
+
+    async def scenario() -> tuple[list[str], str]:
+        blocked = await asyncio.gather(*(reg.call("a.block", "tn_a", call(i), 0.2) for i in range(40)))
+        ok = await reg.call("b.ok", "tn_b", call(99), 1.0)
+        return [r.outcome for r in blocked], ok.outcome
+
+    try:
+        blocked, ok = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert ok == "delivered", "another tenant's callable found no thread"
+    assert set(blocked) <= {"unknown", "retry"} and "unknown" in blocked
