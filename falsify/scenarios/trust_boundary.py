@@ -268,7 +268,8 @@ def audit_tamper() -> dict[str, Any]:
         shutil.copy(work / "fl.db", copy)
         with sqlite3.connect(copy) as c:
             c.executescript(sql)
-        out = cli("audit", "verify", "--db", f"sqlite:///{copy}", check=False)
+        out = cli("audit", "verify", "--db", f"sqlite:///{copy}", check=False,
+                  env={"FIRELEDGER_KEK_FILE": str(work / "fl-kek.key")})   # the copy's chain is keyed by it
         named = out.returncode == 1 and row in out.stderr
         results[name] = out.stderr.strip()
         if not named:
