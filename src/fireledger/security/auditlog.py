@@ -108,8 +108,8 @@ def verify_chain(store: Any, key: bytes | None = None) -> ChainReport:
     for row in iter_rows(store):
         n += 1
 
-        def broken(problem: str, at: int, row: AuditEntry = row) -> ChainReport:
-            return ChainReport(False, n, row.seq, row.hash, at, problem, legacy if keyed_seen else 0)
+        def broken(problem: str, at: int, row: AuditEntry = row, n: int = n) -> ChainReport:
+            return ChainReport(False, n, row.seq, row.hash, at, problem)
 
         if row.seq != expected_seq:
             gap = (f"row {expected_seq} is missing" if row.seq == expected_seq + 1

@@ -260,7 +260,7 @@ class TrustMixin:
         audited act then fails rather than writing a row a database writer could forge)."""
         key = self._audit_key
         if key is None:
-            from fireledger.security.derived import derived_key   # the key lives outside the store
+            from fireledger.security.derived import derived_key  # the key lives outside the store
 
             key = self._audit_key = derived_key(self, AUDIT_KEY_LABEL)
         return key
