@@ -329,3 +329,29 @@ def test_requests_with_tokens_that_are_not_valid_are_counted_and_bounded(api):
     assert first["reason"] == "invalid-token" and first["request"] == "GET /v1/triggers/tr_0" and first["source"]
     assert not any("fl_guess" in json.dumps(r) for r in rows)   # the token itself is never audited
     assert verify_chain(api.store).ok
+
+
+@pytest.mark.e2e
+def test_serve_writes_the_counted_refusals_when_it_stops_and_the_chain_verifies(tmp_path):
+    """A real `fireledger serve`: a flood of refusals is counted in memory; SIGTERM writes the
+    counts before the process exits, and the CLI (same KEK) verifies the keyed chain."""
+    from e2e import Api as HttpApi
+    from e2e import Service
+
+    db = f"sqlite:///{tmp_path}/fl.db"
+    env = {"FIRELEDGER_KEK_FILE": str(tmp_path / "kek.key")}
+    svc = Service(db, tmp_path, env=env).start()
+    try:
+        made = json.loads(cli("tenant", "create", "acme", "--db", db, "--json", env=env).stdout)
+        admin = HttpApi(svc.base, made["token"])
+        reader = admin.ok("POST", "/v1/principals", {"name": "r", "roles": ["reader"]}, 201)
+        for _ in range(3 * PER_WINDOW):
+            assert HttpApi(svc.base, reader["token"]).call("POST", "/v1/triggers", {})[0] == 403
+    finally:
+        svc.stop()
+    assert svc.proc is not None and svc.proc.returncode is not None
+    rows = [json.loads(x) for x in cli("audit", "export", "--db", db, env=env).stdout.splitlines()]
+    denied = [r for r in rows if r["action"] == "denied" and r["actor"] == reader["id"]]
+    assert sum(r["new"]["count"] for r in denied) == 3 * PER_WINDOW and len(denied) == PER_WINDOW + 1
+    ok = cli("audit", "verify", "--db", db, env=env)
+    assert ok.stdout.startswith(f"audit chain intact: {len(rows)} rows, keyed"), ok.stdout
