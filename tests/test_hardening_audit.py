@@ -156,10 +156,16 @@ def _legacy_store(kind: str, tmp_path: Path, pg_server: Any, monkeypatch: pytest
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_unkeyed_rows_of_an_upgraded_database_are_sealed_and_stay_checked(kind, tmp_path, monkeypatch, request):
     pg = request.getfixturevalue("pg_server") if kind == "postgres" else None
-    if kind == "postgres":
-        monkeypatch.setenv("FIRELEDGER_KEK", base64.b64encode(bytes(range(100, 132))).decode())
+    monkeypatch.delenv("FIRELEDGER_KEK", raising=False)
+    monkeypatch.setenv("FIRELEDGER_KEK_FILE", str(tmp_path / "absent-kek.key"))
     store = _legacy_store(kind, tmp_path, pg, monkeypatch)
     try:
+        # Without the KEK the upgrade refuses, names why, creates no key and changes nothing.
+        with pytest.raises(Exception, match="migration 0011 seals the 3 existing audit rows"):
+            store.migrate(now_us=T0 + 10)
+        assert not (tmp_path / "absent-kek.key").exists() and 11 not in store.applied_migrations()
+        assert [r.seq for r in store.audit_rows()] == [1, 2, 3] and store.audit_head()[0] == 3
+        monkeypatch.setenv("FIRELEDGER_KEK", base64.b64encode(bytes(range(100, 132))).decode())
         assert 11 in store.migrate(now_us=T0 + 10)        # the upgrade seals the unkeyed rows
         rows = store.audit_rows()
         assert [r.action for r in rows] == ["tenant.create"] * 3 + ["audit.seal"]

@@ -289,10 +289,24 @@ class TrustMixin:
         """Inside the transaction applying migration 0011: when unkeyed rows exist, append the keyed
         ``audit.seal`` row naming their count and the head hash (its ``prev_hash``), so they can no
         longer be rewritten without the key. ``at_us`` is ``now_us``, or the last sealed row's instant
-        when the caller gives none. None when the chain is empty (nothing to seal)."""
+        when the caller gives none. None when the chain is empty (nothing to seal).
+
+        The KEK must already exist here (it is never created by an upgrade: a new key would seal the
+        old rows under a key the rest of the deployment does not hold); without one this raises
+        ``KekError`` and the migration's transaction, 0011 included, is rolled back."""
         seq, prev = c.execute(self.q["audit_head_lock"]).fetchone()
         if int(seq) == 0:
             return None
+        if self._audit_key is None:
+            from fireledger.security.derived import derive_from
+            from fireledger.security.envelope import KekError, load_kek
+
+            try:
+                kek = load_kek(self, create=False)
+            except KekError as exc:
+                raise KekError(f"migration 0011 seals the {int(seq)} existing audit rows under the audit key, "
+                               f"derived from the key-encryption key: {exc}") from None
+            self._audit_key = derive_from(kek, AUDIT_KEY_LABEL)
         last = c.execute(self.q["audit_rows"], {"after": int(seq) - 1, "limit": 1}).fetchone()
         at_us = now_us or (int(last[4]) if last is not None else 0)
         return self._append_audit(c, None, "system:upgrade", SEAL_ACTION, at_us, None,
