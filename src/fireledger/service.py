@@ -171,6 +171,8 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     if server is not None:
         server.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
+    if server is not None:
+        await asyncio.to_thread(app.state.denials.close)   # refusals counted, not yet written (0091)
     waiter.cancel()
     if purge is not None:
         purge.cancel()

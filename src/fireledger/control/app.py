@@ -59,6 +59,7 @@ from fireledger.store import SqlStore
 from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
 from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
 from .context import ApiContext
+from .denials import DenialLedger
 from .dryrun import miss_threshold_us
 from .dryrun import router as dryrun_router
 from .problems import PROBLEM_JSON, ProblemError, invalid, problem
@@ -93,6 +94,7 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         redoc_url=None,
     )
     app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets)
+    app.state.denials = DenialLedger(store, app.state.fireledger.now_us)   # bounded refusal audit (0091)
 
     @app.exception_handler(ProblemError)
     async def _problem(request: Request, exc: ProblemError) -> Any:
@@ -272,6 +274,7 @@ class GuardMiddleware:
             return unauthorized(), receive
         principal = await anyio.to_thread.run_sync(self.store.principal_by_token_hash, hash_token(token))
         if principal is None:
+            await audit.record_invalid_token(scope)   # counted per process, bounded (decision 0091)
             return unauthorized("the bearer token is not valid"), receive
         scope.setdefault("state", {})["principal"] = principal
 

@@ -42,7 +42,7 @@ from .history import HistoryMixin
 from .leases import LeasesMixin
 from .overlap import OverlapMixin
 from .reports import ReportsMixin
-from .trust import TrustMixin
+from .trust import AUDIT_KEYED_MIGRATION, TrustMixin
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +170,8 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                         c.execute(stmt)
                 else:
                     c.execute(sql)
+                if version == AUDIT_KEYED_MIGRATION:
+                    self._seal_legacy_audit(c, now_us)   # unkeyed rows sealed by a keyed row (0090)
                 c.execute("INSERT INTO schema_migrations (version, applied_us) VALUES (:v, :n)"
                           if self.engine.name == "sqlite" else
                           "INSERT INTO schema_migrations (version, applied_us) VALUES (%(v)s, %(n)s)",
