@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
 import socket
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from bodykit import read_response, send_chunked
 from e2e import Service, new_tenant
 from fireledger.control.bodylimit import (
     API_BODY_BYTES,
@@ -53,66 +53,6 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         yield {"port": svc.port, "token": token, "svc": svc}
     finally:
         svc.stop()
-
-
-def _read_response(sock: socket.socket, deadline: float) -> tuple[int, dict[str, str], bytes]:
-    """Read one HTTP response (headers and a Content-Length body) from ``sock``."""
-    sock.setblocking(True)
-    sock.settimeout(max(0.1, deadline - time.monotonic()))
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = sock.recv(65536)
-        if not got:
-            break
-        data += got
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
-    want = int(headers.get("content-length", "0"))
-    while len(body) < want:
-        got = sock.recv(65536)
-        if not got:
-            break
-        body += got
-    return status, headers, body
-
-
-def send_chunked(port: int, method: str, path: str, headers: dict[str, str], planned: int,
-                 chunk: int = 64 * 1024, timeout_s: float = 60) -> dict[str, Any]:
-    """Stream a generated chunked body of up to ``planned`` bytes, watching for an early answer.
-
-    Returns ``status``, ``headers``, ``body`` of the answer, ``sent`` (body bytes written when the
-    answer was seen, or when the server stopped taking them) and ``finished`` (the whole body went).
-    """
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
-    deadline = time.monotonic() + timeout_s
-    head = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Transfer-Encoding: chunked",
-            *(f"{k}: {v}" for k, v in headers.items()), "", ""]
-    sock.sendall("\r\n".join(head).encode("latin-1"))
-    frame = f"{chunk:x}\r\n".encode() + b"a" * chunk + b"\r\n"
-    sent, finished = 0, False
-    sock.settimeout(0.5)
-    try:
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if readable:
-                break   # the server answered (or closed) while the body was still coming
-            if sent >= planned:
-                sock.sendall(b"0\r\n\r\n")
-                finished = True
-                break
-            try:
-                sock.sendall(frame)
-            except TimeoutError:
-                continue   # the server is not reading: wait for its answer
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            sent += chunk
-        status, resp_headers, body = _read_response(sock, deadline)
-    finally:
-        sock.close()
-    return {"status": status, "headers": resp_headers, "body": body, "sent": sent, "finished": finished}
 
 
 def send_sized(port: int, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -161,7 +101,7 @@ def test_a_declared_length_over_the_limit_is_refused_without_reading(control: di
         extra = f"Authorization: Bearer {control['token']}\r\n" if auth else ""
         sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
                      f"Content-Length: {200 * MiB}\r\n\r\n".encode())
-        status, headers, body = _read_response(sock, time.monotonic() + 10)   # not a byte of body sent
+        status, headers, body = read_response(sock, time.monotonic() + 10)   # not a byte of body sent
     finally:
         sock.close()
     assert_413(status, headers, body)

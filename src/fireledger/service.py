@@ -158,7 +158,7 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
                 loop.call_soon_threadsafe(timing.wake)
         app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
-        trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (ADR 0085)
+        trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (decision 0084)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                access_log=False, lifespan="off", proxy_headers=bool(trusted),
                                                forwarded_allow_ips=trusted or None))

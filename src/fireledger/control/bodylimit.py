@@ -1,4 +1,4 @@
-"""One streaming cap on request bodies, in front of every route (pure ASGI middleware).
+"""One streaming cap on request bodies, in front of every route (pure ASGI middleware; decision 0085).
 
 Contract:
 

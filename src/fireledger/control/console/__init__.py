@@ -15,7 +15,7 @@ Pages (all under ``/console``, all read only, all scoped to the signed-in tenant
   preview code), a lateness chart (inline SVG) over a chosen window, fire history with causes.
 * ``/console/fires/{key}`` — the story of one fire (the same text as ``fireledger why``).
 
-CSRF (decision 0085): every POST form carries a ``csrf`` field. The sign-in form's is bound to a
+CSRF (decision 0084): every POST form carries a ``csrf`` field. The sign-in form's is bound to a
 pre-session nonce in its own cookie (``Path=/console/login``, a double submit whose field is a hash
 of the nonce); the sign-out form's is bound to the session. A POST whose token does not match, or
 whose ``Sec-Fetch-Site`` says another site sent it, changes nothing. Each page costs a fixed number
