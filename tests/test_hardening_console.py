@@ -300,3 +300,4 @@ def test_metrics_read_the_store_once_a_second(api: Api) -> None:
         time.sleep(0.02)
     # A second later the store is read again (the smearing gauges keep their own one-minute cache).
     assert 4 <= counter.during(lambda: api.http.get("/metrics")) <= first
+
