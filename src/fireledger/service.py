@@ -87,6 +87,26 @@ def node_id(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def trusted_proxies(env: dict[str, str] | None = None) -> list[str]:
+    """``FIRELEDGER_TRUSTED_PROXIES``: comma-separated addresses or networks of reverse proxies
+    whose ``X-Forwarded-Proto``/``X-Forwarded-For`` the control plane believes (empty: none; the
+    scheme is then the connection's own). A malformed entry raises ``ValueError`` naming it."""
+    import ipaddress
+
+    raw = (env if env is not None else os.environ).get("FIRELEDGER_TRUSTED_PROXIES", "")
+    out = []
+    for item in (p.strip() for p in raw.split(",")):
+        if not item:
+            continue
+        try:
+            ipaddress.ip_network(item)   # strict, as uvicorn parses it: 10.0.0.0/8, not 10.0.0.1/8
+        except ValueError:
+            raise ValueError(f"FIRELEDGER_TRUSTED_PROXIES: {item!r} is not an IP address or network "
+                             "(host bits must be zero)") from None
+        out.append(item)
+    return out
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -138,8 +158,10 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
                 loop.call_soon_threadsafe(timing.wake)
         app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
+        trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (decision 0084)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                               access_log=False, lifespan="off"))
+                                               access_log=False, lifespan="off", proxy_headers=bool(trusted),
+                                               forwarded_allow_ips=trusted or None))
         tasks.append(asyncio.create_task(server.serve(), name="control"))
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
@@ -195,6 +217,11 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
         if "dispatch" in roles:
             dispatch_processes()   # a bad value stops the process before anything starts
+        if "control" in roles:   # malformed FIRELEDGER_TRUSTED_PROXIES / FIRELEDGER_PUBLIC_URL stop the start
+            from fireledger.control.console import public_url_from_env
+
+            trusted_proxies()
+            public_url_from_env()
         uvloop.run(_run(store, roles, listen, db))
     finally:
         store.close()

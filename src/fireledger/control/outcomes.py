@@ -37,6 +37,7 @@ from fireledger.domain.model import Principal
 from fireledger.store.dispatching import OutcomeRejected
 
 from .auth import require
+from .bodylimit import CALLBACK_BODY_BYTES
 from .context import ApiContext, get_ctx
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import Problem
@@ -48,8 +49,8 @@ router = APIRouter(prefix="/v1/fires", tags=["history"],
 #: How far a callback's ``webhook-timestamp`` may be from the server's clock, both ways; also how
 #: long a ``webhook-id`` is remembered.
 REPLAY_WINDOW_S = 300
-#: Largest callback body read.
-MAX_CALLBACK_BYTES = 64 * 1024
+#: Largest callback body read (enforced by :mod:`fireledger.control.bodylimit`, the one body cap).
+MAX_CALLBACK_BYTES = CALLBACK_BODY_BYTES
 #: The one route that authenticates by signature instead of a bearer token (for the guard).
 SIGNED_CALLBACK = re.compile(r"^/v1/fires/[^/]+/outcome$")
 
@@ -75,22 +76,9 @@ class OutcomeView(BaseModel):
 
 
 async def raw_body(request: Request) -> bytes:
-    """The exact request bytes (the signature covers them), at most :data:`MAX_CALLBACK_BYTES`."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_CALLBACK_BYTES:
-        raise _too_large()
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_CALLBACK_BYTES:
-            raise _too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large() -> ProblemError:
-    return ProblemError(413, f"the callback body is larger than {MAX_CALLBACK_BYTES} bytes", slug="body-too-large")
+    """The exact request bytes (the signature covers them). At most :data:`MAX_CALLBACK_BYTES`:
+    :mod:`fireledger.control.bodylimit` refuses a longer body (413) before this route runs."""
+    return await request.body()
 
 
 def _key(text: str) -> FireKey:

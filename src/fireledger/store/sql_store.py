@@ -35,6 +35,7 @@ from fireledger.domain.model import (
 )
 
 from .backfill import BackfillMixin
+from .console import ConsoleMixin
 from .dispatching import DispatchingMixin
 from .engine import Engine, SchemaError, SqliteEngine, StoreError, engine_for_url, migration_files
 from .gaps import GapsMixin
@@ -113,7 +114,7 @@ def _version(row: Sequence[Any]) -> TriggerVersion:
 
 
 class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, BackfillMixin, ReportsMixin,
-               OverlapMixin, GapsMixin):
+               OverlapMixin, GapsMixin, ConsoleMixin):
     """The state of record. Thread-safe: each thread uses its own connection."""
 
     def __init__(self, engine: Engine) -> None:
