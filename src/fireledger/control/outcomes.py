@@ -125,6 +125,12 @@ def _report(body: bytes) -> OutcomeReport:
 @router.post("/{key}/outcome", status_code=201, response_model=OutcomeView,
              responses={200: {"model": OutcomeView}, 401: {"model": Problem}, 409: {"model": Problem},
                         413: {"model": Problem}},
+             openapi_extra={"requestBody": {
+                 "required": True,
+                 "description": "Signed per Standard Webhooks v1 with the secret of the fire's target "
+                                "(webhook-id, webhook-timestamp, webhook-signature headers). fire_key must "
+                                "equal the key in the path.",
+                 "content": {"application/json": {"schema": OutcomeReport.model_json_schema()}}}},
              summary="Report a fire's work outcome (signed with the target's secret; no bearer token)")
 def report_outcome(key: str, request: Request, response: Response, body: bytes = Depends(raw_body),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
