@@ -135,9 +135,9 @@ class Service:
 
 
 def verify_target(api: Api, sink: Any, target: dict[str, Any]) -> dict[str, Any]:
-    """Prove ownership of ``target`` (a create response): the sink serves its challenge token, then
+    """Prove ownership of ``target`` (a create response): the sink serves its challenge response, then
     ``POST /v1/targets/{id}/verify``; returns the verified target view."""
-    sink.add_challenge(target["verification"]["token"])
+    sink.add_challenge(target["verification"]["token"], target["verification"]["response"])
     out = api.ok("POST", f"/v1/targets/{target['id']}/verify", None, 200)
     assert out["verification"]["state"] == "verified", out
     return out  # type: ignore[no-any-return]

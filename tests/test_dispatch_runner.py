@@ -113,11 +113,11 @@ def test_internal_targets_outcomes(sqlite_store):
 
     t = add_tenant(store)
     other = add_tenant(store, "other")
-    reg.register("ok", ok)
-    reg.register("async.ok", async_ok)
-    reg.register("refuse", refuse)
-    reg.register("flaky", flaky)
-    reg.register("slow", slow)
+    reg.register("ok", ok, tenants={t.id})
+    reg.register("async.ok", async_ok, public=True)
+    reg.register("refuse", refuse, tenants={t.id})
+    reg.register("flaky", flaky, tenants={t.id, other.id})
+    reg.register("slow", slow, tenants={t.id})
     reg.register("private", ok, tenants={other.id})
     now = clock.now().latest_us
     triggers = {}

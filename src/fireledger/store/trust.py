@@ -88,12 +88,12 @@ TRUST_QUERIES: dict[str, str] = {
     "trust_count_targets": "SELECT COUNT(*) FROM targets WHERE tenant_id = :tenant_id AND deleted_us IS NULL",
     "trust_target": (
         "SELECT id, tenant_id, kind, url, verification_state, verification_token, verified_us, "
-        "verification_expires_us, verification_error, deleted_us FROM targets WHERE id = :id"
+        "verification_expires_us, verification_error, deleted_us, verified_addresses FROM targets WHERE id = :id"
     ),
     "trust_set_verification": (
         "UPDATE targets SET verification_state = :state, verified_us = :verified_us, "
-        "verification_expires_us = :expires_us, verification_error = :error "
-        "WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
+        "verification_expires_us = :expires_us, verification_error = :error, "
+        "verified_addresses = :addresses WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
     ),
     # --- triggers -------------------------------------------------------------------------------
     "trust_count_live_triggers": (
@@ -187,7 +187,9 @@ class AuditEntry:
 
 @dataclass(frozen=True, slots=True)
 class TargetTrust:
-    """A target's ownership-verification state (``expires_us`` None: never lapses)."""
+    """A target's ownership-verification state (``expires_us`` None: never lapses). ``addresses``:
+    for a plain-http target with a host name, the addresses that answered its challenge (the only
+    ones an attempt may connect to; decision 0089), space-separated; None otherwise."""
 
     id: str
     tenant_id: str
@@ -199,6 +201,12 @@ class TargetTrust:
     expires_us: int | None
     error: str | None
     deleted_us: int | None
+    addresses: str | None = None
+
+    @property
+    def pinned(self) -> frozenset[str] | None:
+        """:attr:`addresses` as a set (None when none are recorded)."""
+        return None if self.addresses is None else frozenset(self.addresses.split())
 
 
 def _loads(text: str | None) -> Any:
@@ -452,22 +460,25 @@ class TrustMixin:
         return TargetTrust(*row) if row else None
 
     def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
-                                expires_us: int | None, error: str | None, actor: str, now_us: int) -> bool:
+                                expires_us: int | None, error: str | None, actor: str, now_us: int,
+                                addresses: Sequence[str] | None = None) -> bool:
         """Record a verification outcome (and audit the change of state), in one transaction.
-        False when the tenant has no such live target."""
+        ``addresses``: the addresses a plain-http target's host name was verified at (the dispatch
+        pin; None for others). False when the tenant has no such live target."""
+        pinned = None if addresses is None else " ".join(sorted(set(addresses)))
         with self.engine.write() as c:
             row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
             if row is None or row[1] != tenant_id or row[9] is not None:
                 return False
             n = c.execute(self.q["trust_set_verification"], {
                 "state": state, "verified_us": verified_us, "expires_us": expires_us, "error": error,
-                "tenant_id": tenant_id, "id": target_id}).rowcount
+                "addresses": pinned, "tenant_id": tenant_id, "id": target_id}).rowcount
             if n != 1:
                 return False
             self._append_audit(c, tenant_id, actor, "target.verify", now_us,
                                {"target_id": target_id, "state": row[4], "expires_us": row[7]},
                                {"target_id": target_id, "state": state, "expires_us": expires_us,
-                                "error": error})
+                                "error": error, **({"addresses": pinned} if pinned is not None else {})})
         return True
 
     # --- triggers -------------------------------------------------------------------------------
