@@ -154,7 +154,7 @@ QUERIES: dict[str, str] = {
         "AND lease_owner = :owner AND state = 'dispatching'"
     ),
     "unsealed_target_secrets": (
-        "SELECT id, tenant_id, secret FROM targets WHERE secret NOT LIKE 'flsec1.%' AND secret <> '' "
+        "SELECT id, tenant_id, secret FROM targets WHERE substr(secret, 1, 7) <> 'flsec1.' AND secret <> '' "
         "AND id > :after ORDER BY id LIMIT :limit"
     ),
     "replace_target_secret": "UPDATE targets SET secret = :new WHERE id = :id AND secret = :old",
