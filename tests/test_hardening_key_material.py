@@ -213,3 +213,16 @@ def test_keys_commands_without_a_ring_say_to_run_init(tmp_path):
     env = _env(FIRELEDGER_STATE_DIR=str(tmp_path / "none"))
     r = _run(["keys", "show"], tmp_path, env)
     assert r.returncode == 2 and "fireledger init" in r.stderr
+
+
+def test_serve_refuses_a_new_default_store_beside_the_old_one(tmp_path):
+    """Upgrading from ./fireledger.db: starting on a new, empty default store would stop every trigger."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    env = _env()
+    assert _run(["init"], checkout, env).returncode == 0
+    old = checkout / "fireledger.db"
+    old.write_bytes(b"")
+    r = _run(["serve", "--listen", "127.0.0.1:0"], checkout, env, timeout=20)
+    assert r.returncode == 2 and "mv fireledger.db .fireledger/fireledger.db" in r.stderr
+    assert not (checkout / ".fireledger" / "fireledger.db").exists()

@@ -204,6 +204,11 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
     from fireledger.observe.logs import setup
 
     setup(os.environ.get("FIRELEDGER_LOG_LEVEL", "info"))
+    from fireledger.statedir import legacy_store_problem
+
+    problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
+    if problem is not None:
+        raise ValueError(problem)
     store = SqlStore.open(db)
     if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
         store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits

@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 
 __all__ = ["DEFAULT_STATE_DIR", "STATE_DIR_ENV", "StateDirError", "default_db_url", "ensure_state_dir",
-           "private_file_problem", "state_dir"]
+           "is_in_state_dir", "legacy_store_problem", "private_file_problem", "state_dir"]
 
 STATE_DIR_ENV = "FIRELEDGER_STATE_DIR"
 DEFAULT_STATE_DIR = "./.fireledger"
@@ -81,6 +81,22 @@ def ensure_state_dir(path: Path | None = None) -> Path:
     if problem is not None:
         raise StateDirError(problem)
     return d
+
+
+def legacy_store_problem(db: str, cwd: Path | None = None) -> str | None:
+    """When ``db`` is the default store, it does not exist yet and ``./fireledger.db`` (the default of
+    releases before the state directory) does: the one-line refusal naming both and the fix — a new,
+    empty store beside the old one would silently stop every trigger."""
+    if db != default_db_url():
+        return None
+    here = cwd if cwd is not None else Path(".")
+    old = here / "fireledger.db"
+    new = state_dir() / DB_NAME
+    if new.exists() or not old.exists():
+        return None
+    return (f"--db: the default store is now {new}, but {old} (the default of earlier releases) exists: "
+            f"move it (mv {old} {new}, with its -wal and -shm files, after stopping every process) "
+            f"or pass --db sqlite:///{old}")
 
 
 def is_in_state_dir(path: str | os.PathLike[str]) -> bool:
