@@ -6,7 +6,8 @@ that batch in one short transaction. Live fires (pending / dispatching / held) a
 ``retention_loop`` runs it in the control plane on its own thread and connection every hour with the
 cutoff ``now − FIRELEDGER_HISTORY_RETENTION_DAYS`` (default 90), writing one archive file per pass
 into ``FIRELEDGER_HISTORY_ARCHIVE_DIR`` (default: a folder beside the SQLite file, else
-``archive`` in the state directory — never the working directory). The operator commands ``fireledger history export|purge`` use the same code.
+``archive`` in the state directory — never the working directory). The operator commands
+``fireledger history export|purge`` use the same code.
 """
 
 from __future__ import annotations
