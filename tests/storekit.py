@@ -10,6 +10,7 @@ from fireledger.definitions import next_us
 from fireledger.domain.keys import new_id
 from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
 from fireledger.recurrence import TZDATA_VERSION, compile_spec
+from fireledger.security.envelope import seal_payload
 from fireledger.store import SqlStore
 
 T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for fake clocks
@@ -58,8 +59,9 @@ def add_trigger(store: SqlStore, tenant: Tenant, target: Target, schedule: dict[
     rec = compile_spec(schedule, default_anchor=from_us(now_us))
     tid = new_id("tr")
     trig = Trigger(tid, tenant.id, f"t-{tid}", TriggerState.ACTIVE, 1, partition, now_us, now_us)
-    v = TriggerVersion(tid, 1, tenant.id, rec.spec(), target.id,
-                       json.dumps(payload or {}).encode(), policies or Policies(), TZDATA_VERSION, now_us)
+    sealed = seal_payload(store, tenant.id, tid, 1, json.dumps(payload or {}).encode())   # as the API stores it
+    v = TriggerVersion(tid, 1, tenant.id, rec.spec(), target.id, sealed, policies or Policies(), TZDATA_VERSION,
+                       now_us)
     first = next_us(rec, now_us)
     store.create_trigger(trig, v, first)
     return trig, v, first

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import tempfile
 import time
@@ -66,7 +65,7 @@ def _setup(svc: Any, sink: Any, paths: list[str]) -> tuple[RecordingApi, list[di
 
 def payload_sentinel(run_s: float) -> dict[str, Any]:
     from e2e import Service, cli, wait_until
-    from fireledger.security.envelope import PayloadCipher, PayloadUnreadable
+    from fireledger.security.envelope import PayloadCipher, PayloadUnreadable, load_kek
     from fireledger.store import SqlStore
     from sink import SinkServer
 
@@ -156,7 +155,7 @@ def payload_sentinel(run_s: float) -> dict[str, Any]:
                 "SELECT tenant_id, trigger_id, version, payload FROM trigger_versions WHERE trigger_id = ?",
                 (ids["good"],)).fetchone()
             tenant_id, blob = row[0], bytes(row[3])
-            kek = base64.b64decode((work / "fireledger-kek.key").read_text())   # the service's KEK file
+            kek = load_kek()   # the service's KEK: the run's state directory (falsify/run.py)
             if PayloadCipher(store, kek).open(tenant_id, row[1], row[2], blob) != json.dumps(
                     payload, separators=(",", ":")).encode():
                 failures.append("the stored ciphertext did not open before deletion")

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fireledger.dispatch.signing import SignatureError, verify
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Principal
+from fireledger.security.envelope import PayloadUnreadable, open_secret
 from fireledger.store.dispatching import OutcomeRejected
 
 from .auth import require
@@ -129,7 +130,13 @@ def report_outcome(key: str, request: Request, response: Response, body: bytes =
     fire, target = found
     now_us = ctx.clock.now().latest_us
     try:
-        verify(target.secret, request.headers, body, now=now_us / 1e6, tolerance_s=REPLAY_WINDOW_S)
+        secret = open_secret(ctx.store, target)   # stored sealed under the tenant's data key
+    except PayloadUnreadable:
+        raise ProblemError(401, "the callback cannot be verified: the target's signing secret is no longer "
+                                "readable (its tenant was deleted)", slug="unauthorized",
+                           title="Unauthorized") from None
+    try:
+        verify(secret, request.headers, body, now=now_us / 1e6, tolerance_s=REPLAY_WINDOW_S)
     except SignatureError as exc:
         raise ProblemError(401, f"the callback signature does not verify: {exc.reason} (sign it with the "
                                 "secret of the fire's target; timestamps must be within "

@@ -427,10 +427,12 @@ class TrustMixin:
             return int(c.execute(self.q["trust_count_targets"], {"tenant_id": tenant_id}).fetchone()[0])
 
     def create_target_audited(self, t: Target, actor: str) -> None:
-        """Insert a target and audit it (URL and kind only: never the secret), in one transaction."""
+        """Insert a target and audit it (URL and kind only: never the secret), in one transaction.
+        The secret is stored sealed (:meth:`SqlStore.sealed_secret`)."""
+        secret = self.sealed_secret(t)  # type: ignore[attr-defined]
         with self.engine.write() as c:
             c.execute(self.q["insert_target"], {
-                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": t.secret,
+                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": secret,
                 "verification_state": t.verification_state, "verification_token": t.verification_token,
                 "created_us": t.created_us})
             self._append_audit(c, t.tenant_id, actor, "target.create", t.created_us, None,
