@@ -117,14 +117,14 @@ def test_an_unexpected_error_in_an_attempt_settles_it_with_a_cause(store) -> Non
 
 
 def test_a_kek_error_in_admission_is_a_recorded_cause(store, monkeypatch) -> None:
-    """The payload was sealed under one KEK; this process holds another. Admission says why it will
+    """The payload was sealed under the deployment's KEK; this process holds another. Admission says why it will
     not send (no path, no key material), instead of raising out of the attempt."""
     t = add_tenant(store)
     trig, _, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     fire = NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING, T0, "2026f", "t")
     row = store.get_trigger(t.id, trig.id)
     store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), (fire,))])
-    sealed = envelope.PayloadCipher(store, bytes(range(32))).seal(t.id, trig.id, 1, json.dumps({"n": 1}).encode())
+    sealed = envelope.cipher_for(store).seal(t.id, trig.id, 1, json.dumps({"n": 1}).encode())
     [claimed] = store.claim_shaped(T0 + S, "d", {"on-time": 10}, _shaper(), MARGIN).jobs
     job = replace(claimed.job, payload=sealed)
     # This process's cipher for the store: another KEK (as after a wrong FIRELEDGER_KEK).
