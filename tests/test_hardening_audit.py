@@ -345,7 +345,7 @@ def test_serve_writes_the_counted_refusals_when_it_stops_and_the_chain_verifies(
     from e2e import Service
 
     db = f"sqlite:///{tmp_path}/fl.db"
-    env = {"FIRELEDGER_KEK_FILE": str(tmp_path / "kek.key")}
+    env: dict[str, str] = {}   # the run's state directory (conftest): serve and the CLI share its KEK
     svc = Service(db, tmp_path, env=env).start()
     try:
         made = json.loads(cli("tenant", "create", "acme", "--db", db, "--json", env=env).stdout)

@@ -288,8 +288,8 @@ def audit_tamper() -> dict[str, Any]:
                 c.executescript(sql)
             else:
                 _rechain_unkeyed(c, from_seq=3)
-        out = cli("audit", "verify", "--db", f"sqlite:///{copy}", check=False,
-                  env={"FIRELEDGER_KEK_FILE": str(work / "fl-kek.key")})   # the copy's chain is keyed by it
+        # the copy's chain is keyed by the service's KEK (the run's state directory, inherited)
+        out = cli("audit", "verify", "--db", f"sqlite:///{copy}", check=False)
         named = out.returncode == 1 and row in out.stderr
         results[name] = out.stderr.strip()
         if not named:

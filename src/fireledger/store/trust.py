@@ -310,7 +310,7 @@ class TrustMixin:
             from fireledger.security.envelope import KekError, load_kek
 
             try:
-                kek = load_kek(self, create=False)
+                kek = load_kek(self)
             except KekError as exc:
                 raise KekError(f"migration 0011 seals the {int(seq)} existing audit rows under the audit key, "
                                f"derived from the key-encryption key: {exc}") from None
