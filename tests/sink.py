@@ -34,6 +34,7 @@ Behaviour by path (a ``behaviours`` mapping of exact paths may override):
     /status/<code>  answer <code>
     /fail-first/<n> answer 500 to the first <n> requests of each fire key, then 200
     /hang           never answer (until the sink stops)
+    /retry-after/<v> answer 503 with ``Retry-After: <v>`` (any text, e.g. an absurd number)
     anything else   answer 200
 
 Admin endpoints (GET only, so they never collide with recorded POSTs): ``GET /records``
@@ -75,11 +76,13 @@ KEPT_HEADERS = ("authorization", "content-type", "user-agent")
 
 @dataclass(frozen=True)
 class Behaviour:
-    """How to answer a path: after ``delay_s`` seconds with ``status``; ``hang`` never answers."""
+    """How to answer a path: after ``delay_s`` seconds with ``status`` and ``headers``; ``hang``
+    never answers."""
 
     status: int = 200
     delay_s: float = 0.0
     hang: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class SinkServer:
@@ -210,6 +213,8 @@ class SinkServer:
                 return Behaviour(status=int(arg))
             if head == "hang":
                 return Behaviour(hang=True)
+            if head == "retry-after" and arg is not None:
+                return Behaviour(status=503, headers=(("Retry-After", arg),))
             if head == "fail-first" and arg is not None:
                 key = (path, fire_key or "")
                 seen = self._fail_counts.get(key, 0)
@@ -275,7 +280,8 @@ class SinkServer:
             raise web.HTTPServiceUnavailable()
         if behaviour.delay_s > 0:
             await asyncio.sleep(behaviour.delay_s)
-        return web.json_response({"ok": 200 <= behaviour.status < 300}, status=behaviour.status)
+        return web.json_response({"ok": 200 <= behaviour.status < 300}, status=behaviour.status,
+                                 headers=dict(behaviour.headers))
 
     def _append(self, rec: dict[str, Any]) -> None:
         with self._cond:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fireledger.dispatch.retry import retry_plan
+from fireledger.dispatch.retry import RETRY_AFTER_MAX_S, retry_plan
 
 
 def plan(attempt: int, **kw: object) -> float | None:
@@ -45,6 +45,7 @@ def plan(attempt: int, **kw: object) -> float | None:
         (1, {"retry_after_s": 3.0}, 3.0),
         (3, {"retry_after_s": 1.0}, 2.0),
         (1, {"retry_after_s": 1000.0}, 1000.0),
+        (1, {"retry_after_s": 1e13}, 3600.0),   # capped at RETRY_AFTER_MAX_S (decision 0082)
         (1, {"retry_after_s": 0.0}, 0.5),
         # truncated at the next instant: reaching it is already too late
         (3, {"next_scheduled": 2.0}, None),
@@ -140,9 +141,9 @@ def test_properties(
         prev = d
         if retry_after is None:
             assert d <= cap
-        else:
-            assert d >= retry_after
-            assert d <= max(cap, retry_after)
+        else:   # Retry-After is honoured up to RETRY_AFTER_MAX_S (decision 0082)
+            assert d >= min(retry_after, RETRY_AFTER_MAX_S)
+            assert d <= max(cap, min(retry_after, RETRY_AFTER_MAX_S))
         if next_scheduled is not None:
             assert d < next_scheduled, "never at or past the next scheduled instant"
 

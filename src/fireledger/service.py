@@ -11,9 +11,8 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
@@ -22,6 +21,7 @@ from fireledger.recurrence import TZDATA_VERSION
 from fireledger.retention import retention_loop
 from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
+from fireledger.stopping import StopGuard, stop_timeout_s
 from fireledger.store import SqlStore
 from fireledger.store.engine import SqliteEngine
 
@@ -71,7 +71,7 @@ def dispatch_processes(env: dict[str, str] | None = None) -> int:
     return int(text)
 
 
-async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event) -> None:
+async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: float = 10.0) -> None:
     """Keep ``n`` child ``fireledger dispatch`` processes running until ``stop``; a child that exits
     is started again after a second (logged). On stop each child gets SIGTERM (its attempts in
     flight settle or their leases lapse to another runner) and is waited for."""
@@ -97,7 +97,12 @@ async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event) -> None:
     for proc in list(children):
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
-    await asyncio.gather(*keepers, return_exceptions=True)
+    _, late = await asyncio.wait(keepers, timeout=grace_s)
+    if late:   # a child that outlives its own bounded stop is killed (invariant 17)
+        for proc in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        await asyncio.wait(late, timeout=1.0)
 
 
 def node_id(role: str) -> str:
@@ -148,6 +153,12 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
             "the kernel reports its clock unsynchronised; using the declared bound ε = %.1f ms "
             "(FIRELEDGER_DECLARED_EPS_MS). Every fire records this source.", iv.eps_us / 1000)
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    # Bounded stop (invariant 17): SIGTERM/SIGINT start a drain with a deadline and arm a watchdog
+    # that ends the process at FIRELEDGER_STOP_TIMEOUT_S whatever is still running.
+    stop_s = stop_timeout_s()
+    guard = StopGuard(stop_s, lambda: loop.call_soon_threadsafe(stop.set))
+    guard.install()
     tasks: list[asyncio.Task[None]] = []
     dispatcher = None
     timing = None
@@ -175,12 +186,21 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
         def changed() -> None:
             if timing is not None:
                 loop.call_soon_threadsafe(timing.wake)
+        class _Server(uvicorn.Server):
+            """uvicorn without its own signal handlers: the StopGuard owns SIGTERM/SIGINT and sets
+            ``should_exit`` (uvicorn's handlers would replace the guard's while it serves)."""
+
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
         app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
         trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (decision 0084)
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                               access_log=False, lifespan="off", proxy_headers=bool(trusted),
-                                               forwarded_allow_ips=trusted or None))
+        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                        access_log=False, lifespan="off", proxy_headers=bool(trusted),
+                                        forwarded_allow_ips=trusted or None,
+                                        timeout_graceful_shutdown=max(1, int(stop_s * 0.4))))
         tasks.append(asyncio.create_task(server.serve(), name="control"))
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
@@ -191,29 +211,37 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     retention = asyncio.create_task(retention_loop(store, clock), name="retention") if "control" in roles else None
     # The due age (per partition) is read from the store at scrape time by the control plane's
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
     waiter = asyncio.create_task(stop.wait())
     extra = dispatch_processes() - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
-    supervisor = asyncio.create_task(_supervise_dispatchers(db, extra, stop)) if extra and db else None
+    supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
+                  if extra and db else None)
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     for t in done:
         if t is not waiter and t.exception() is not None:
             log.error("plane %s stopped: %s", t.get_name(), t.exception())
+    if not stop.is_set():
+        guard.trigger("a plane ended")   # the same bounded stop as for a signal
     stop.set()
-    if supervisor is not None:
-        await supervisor
+    # The planes drain within about half the stop timeout; whatever still runs at 0.7 of it is
+    # cancelled, and the watchdog ends the process at the timeout whatever is left.
+    deadline = loop.time() + stop_s * 0.7
     if timing is not None:
         timing.stop()
     if dispatcher is not None:
-        dispatcher.stop()
+        dispatcher.stop(drain_s=stop_s * 0.5)
     if server is not None:
         server.should_exit = True
-    await asyncio.gather(*tasks, return_exceptions=True)
-    if server is not None:
-        await asyncio.to_thread(app.state.denials.close)   # refusals counted, not yet written (0091)
+    if supervisor is not None:
+        tasks.append(supervisor)
+    _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+    if late:
+        log.warning("stopping: %s did not stop in time; cancelled", ", ".join(sorted(t.get_name() for t in late)))
+        for t in late:
+            t.cancel()
+        await asyncio.wait(late, timeout=stop_s * 0.1)
+    if server is not None:   # refusals counted, not yet written (0091); not waited for past the bound
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.to_thread(app.state.denials.close), timeout=max(0.5, stop_s * 0.1))
     waiter.cancel()
     if purge is not None:
         purge.cancel()
@@ -244,6 +272,7 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
             seal_stored_secrets(store)       # target secrets written in plaintext by an earlier release
         if "dispatch" in roles:
             dispatch_processes()   # a bad value stops the process before anything starts
+        stop_timeout_s()   # FIRELEDGER_STOP_TIMEOUT_S: a bad value stops the process before anything starts
         if "control" in roles:   # malformed FIRELEDGER_TRUSTED_PROXIES / FIRELEDGER_PUBLIC_URL stop the start
             from fireledger.control.console import public_url_from_env
 
@@ -251,4 +280,24 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
             public_url_from_env()
         uvloop.run(_run(store, roles, listen, db, keys))
     finally:
-        store.close()
+        busy = _threads_still_running(1.0)
+        if busy:   # closing a connection under a running call could crash the process: leave it to exit
+            log.warning("store calls still running in %s; the store is closed with the process", ", ".join(busy))
+        else:
+            store.close()
+
+
+def _threads_still_running(wait_s: float) -> list[str]:
+    """Names of the worker threads (not daemons) still running after up to ``wait_s`` seconds."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + wait_s
+    busy = []
+    for t in threading.enumerate():
+        if t is threading.current_thread() or t.daemon:
+            continue
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive():
+            busy.append(t.name)
+    return busy

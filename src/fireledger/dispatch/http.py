@@ -55,6 +55,7 @@ import yarl
 from aiohttp.abc import AbstractResolver
 
 from fireledger.dispatch import signing
+from fireledger.dispatch.retry import RETRY_AFTER_MAX_S
 from fireledger.dispatch.wire import ExchangeError, Pool, Target, parse_target, request_bytes
 from fireledger.security.egress import EgressPolicy
 
@@ -183,11 +184,15 @@ def classify_status(status: int) -> Outcome:
 
 
 def parse_retry_after(value: str | None, *, date_header: str | None = None, now: float | None = None) -> float | None:
-    """Parse a ``Retry-After`` value into seconds (``>= 0``), or ``None`` when absent/unparseable.
+    """Parse a ``Retry-After`` value into seconds in ``[0, RETRY_AFTER_MAX_S]``, or ``None`` when
+    absent/unparseable.
 
     Delta-seconds (``"3"``; a decimal like ``"1.5"`` is tolerated) are returned as is. An HTTP-date
     is taken relative to the response's ``Date`` header when given (so no local clock is needed and
-    the two clocks cannot disagree), else relative to ``now`` (epoch seconds), else ``None``.
+    the two clocks cannot disagree), else relative to ``now`` (epoch seconds), else ``None``. Either
+    form asking for more than :data:`~fireledger.dispatch.retry.RETRY_AFTER_MAX_S` gives that
+    maximum: a target cannot postpone its retries past what the store can hold (decision 0082).
+    Negative, NaN or infinite values are ignored (``None``).
     """
     if value is None:
         return None
@@ -199,7 +204,7 @@ def parse_retry_after(value: str | None, *, date_header: str | None = None, now:
     except ValueError:
         pass
     else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+        return min(seconds, RETRY_AFTER_MAX_S) if math.isfinite(seconds) and seconds >= 0 else None
     try:
         when = email.utils.parsedate_to_datetime(text).timestamp()
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -212,9 +217,9 @@ def parse_retry_after(value: str | None, *, date_header: str | None = None, now:
             ref = None
     if ref is None:
         ref = now
-    if ref is None:
+    if ref is None or not math.isfinite(when - ref):
         return None
-    return max(0.0, when - ref)
+    return min(max(0.0, when - ref), RETRY_AFTER_MAX_S)
 
 
 def _clip(text: str) -> str:

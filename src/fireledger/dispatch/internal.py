@@ -28,6 +28,9 @@ no return within the trigger timeout   ``unknown`` (the call may still complete;
                                        be cancelled, a coroutine is cancelled)
 name not registered here / tenant      ``retry`` / ``failed``: a process without the registration
 not allowed                            may be restarted with it; a refused tenant is final
+:data:`PER_CALLABLE_THREADS` calls of  ``retry``, not called: a callable that blocks keeps at most
+this callable still running            that many of the shared threads, so it cannot starve the
+                                       others (invariant 15)
 =====================================  ===========================================================
 
 Exception messages are never recorded (they may carry payload data): only the class name.
@@ -60,6 +63,9 @@ __all__ = [
 ]
 
 PREFIX = "internal:"
+#: Threads one synchronous callable may hold at once (of the registry's 32): calls past their timeout
+#: keep their thread until they return, and a callable that blocks must not take every thread.
+PER_CALLABLE_THREADS = 8
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 
 
@@ -108,6 +114,7 @@ class InternalRegistry:
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._running: dict[str, int] = {}   # name → synchronous calls holding a thread now
 
     def register(self, name: str, fn: Handler | None = None, *,
                  tenants: Iterable[str] | None = None, public: bool = False) -> Any:
@@ -168,7 +175,12 @@ class InternalRegistry:
                 if inspect.iscoroutinefunction(entry.fn):
                     await entry.fn(call)
                 else:
-                    result = await loop.run_in_executor(self._executor(), entry.fn, call)
+                    with self._lock:
+                        busy = self._running.get(name, 0)
+                    if busy >= PER_CALLABLE_THREADS:
+                        return HttpResult("retry", None, f"internal callable {name!r} has {busy} calls still "
+                                          "running; not called", 0.0)
+                    result = await loop.run_in_executor(self._executor(), self._run_sync, name, entry.fn, call)
                     if inspect.isawaitable(result):
                         await result
         except TimeoutError:
@@ -180,6 +192,21 @@ class InternalRegistry:
             return HttpResult("retry", None, f"internal callable raised {type(exc).__name__}",
                               loop.time() - start, sent=True)
         return HttpResult("delivered", None, None, loop.time() - start, sent=True)
+
+    def _run_sync(self, name: str, fn: Handler, call: InternalCall) -> Any:
+        """Run a synchronous callable on a pool thread; the thread counts as the callable's until
+        the call returns (also after its attempt timed out)."""
+        with self._lock:
+            self._running[name] = self._running.get(name, 0) + 1
+        try:
+            return fn(call)
+        finally:
+            with self._lock:
+                left = self._running.get(name, 1) - 1
+                if left > 0:
+                    self._running[name] = left
+                else:
+                    self._running.pop(name, None)
 
 
 #: The process-wide registry used by the dispatch plane.

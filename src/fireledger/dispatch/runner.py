@@ -36,6 +36,7 @@ from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
+from fireledger.domain.instants import after_us
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Fire, Lane
 from fireledger.observe.logs import attempt_fields
@@ -86,7 +87,10 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     """Pure: from an attempt's result to the fire's next state (terminal, or pending + retry time).
 
     ``until_next_s`` is the time left before the trigger's next scheduled instant: retries are
-    truncated there, so one fire's retries never overlap the next fire.
+    truncated there, so one fire's retries never overlap the next fire. Whatever the target answered,
+    the retry instant is within ``RETRY_AFTER_MAX_S`` (or the backoff cap) of ``now_us`` and inside
+    the representable range (:func:`fireledger.domain.instants.after_us`); a ``Retry-After`` that is
+    not a finite number ``>= 0`` is ignored.
     """
     status = res.http_status
     if res.outcome == "delivered":
@@ -94,8 +98,12 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     if res.outcome == "failed":
         cause = f"failed: HTTP {status} is final" if status else f"failed: {res.error}"
         return Settlement(job, "failed", status, res.error, "failed", cause, None)
+    ra = res.retry_after_s
+    if ra is not None and not (isinstance(ra, int | float) and math.isfinite(ra) and ra >= 0):
+        ra = None
+    nxt = until_next_s if until_next_s is None or math.isfinite(until_next_s) else None
     delay = retry_plan(job.attempt, max_attempts=job.policies.max_attempts, jitter=jitter,
-                       next_scheduled=until_next_s, retry_after_s=res.retry_after_s)
+                       next_scheduled=nxt, retry_after_s=ra)
     what = f"HTTP {status}" if status else (res.error or "no answer")
     if delay is None:
         if res.outcome == "unknown":
@@ -103,7 +111,21 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
                               f"unknown: no answer within {job.policies.timeout_s:g}s and no attempts left", None)
         return Settlement(job, res.outcome, status, res.error, "failed",
                           f"failed: retries exhausted after {job.attempt} attempts (last: {what})", None)
-    return Settlement(job, res.outcome, status, res.error, "pending", None, now_us + int(delay * 1e6))
+    return Settlement(job, res.outcome, status, res.error, "pending", None, after_us(now_us, delay))
+
+
+def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException) -> Settlement:
+    """The settlement of an attempt during which this process raised ``exc`` unexpectedly: never
+    nothing (an attempt that settles nothing would be re-leased forever). The cause names the
+    exception class only (its message may carry payload data). The fire ends ``unknown`` when the
+    request may have reached the target (``res.sent``), else ``failed``: a bug or a broken part of
+    this process is not something a retry under the same key can be expected to fix."""
+    what = type(exc).__name__
+    if res is not None and res.sent:
+        return Settlement(job, "unknown", res.http_status, f"dispatch error: {what}", "unknown",
+                          f"unknown: the attempt was sent, then this process failed ({what})", None)
+    return Settlement(job, "failed", None, f"dispatch error: {what}", "failed",
+                      f"failed: not sent: the dispatch process failed preparing the attempt ({what})", None)
 
 
 def _candidate(f: Fire) -> shaping.Candidate:
@@ -186,6 +208,8 @@ class Dispatcher:
         self.admitted: Counter[str] = Counter()   # by service class, since start
         self.rank_cache = RankCache()   # one ranking of a large backlog serves several rounds
         self.last_waiting: dict[str, int] = {}
+        self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
+        self._claiming: asyncio.Future[ClaimResult] | None = None
 
     @classmethod
     def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
@@ -219,8 +243,15 @@ class Dispatcher:
     def wake_threadsafe(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon_threadsafe(self.wake)
 
-    def stop(self) -> None:
+    def stop(self, drain_s: float | None = None) -> None:
+        """Stop claiming; :meth:`run` then waits at most ``drain_s`` (default :attr:`drain_s`) for
+        the attempts in flight and the recording of their results, cancels what is left (those
+        fires' leases lapse and they are attempted again under the same key) and returns."""
+        if drain_s is not None:
+            self.drain_s = drain_s
         self._stopping = True
+        if self._claiming is not None:
+            self._claiming.cancel()   # a claim round still in the store: stop waiting for it
         self.wake()
 
     # --- capacity -------------------------------------------------------------------------------
@@ -282,6 +313,8 @@ class Dispatcher:
     async def _attempt(self, claimed: ClaimedJob) -> None:
         job = claimed.job
         f = job.fire
+        res: HttpResult | None = None
+        recorded = False
         try:
             key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
             res = await self._send(job, key)
@@ -292,16 +325,21 @@ class Dispatcher:
             # The time left before the next instant bounds retries only: not computed for a final result.
             until_next = None if res.outcome in ("delivered", "failed") else self._until_next(job, now_us)
             self._results.append(settle(job, res, now_us, random.random(), until_next))
+            recorded = True
             level = logging.DEBUG if res.outcome == "delivered" else logging.INFO
             if log.isEnabledFor(level):
                 log.log(level, "attempt %s", res.outcome,
                         extra=attempt_fields(key, job.attempt, res.outcome, trigger_id=f.trigger_id, lane=f.lane,
                                              http_status=res.http_status, duration_s=res.duration_s))
+        except Exception as exc:
+            # Every exception path settles the attempt with a cause (finding 5 of issue 13).
+            log.error("attempt %d of a fire of trigger %s failed unexpectedly (%s); recorded with that cause",
+                      job.attempt, f.trigger_id, type(exc).__name__)
+            if not recorded:
+                self._results.append(settle_on_error(job, res, exc))
+        finally:
             if self._flush_event is not None:
                 self._flush_event.set()
-        except Exception:
-            log.exception("attempt of a fire of trigger %s failed unexpectedly", f.trigger_id)
-        finally:
             self._inflight -= 1
             self._lane_inflight[f.lane] -= 1
             if claimed.admission == shaping.Admission.OVER_QUOTA.value:
@@ -311,23 +349,34 @@ class Dispatcher:
                 self.wake()   # room for another claim round
 
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
+        """Record attempt results in batches until stopped and nothing is left to record. A batch
+        the store refuses as a whole (it is down) is kept and tried again; an item the store cannot
+        record is set aside by the store with a cause (``settle_dispatch``), so one fire never holds
+        back the others. Stopping does not wait for a store that never answers: :meth:`run`
+        abandons this task at its drain deadline."""
         assert self._flush_event is not None
-        while not (self._stopping and not self._results):
-            await self._flush_event.wait()
-            self._flush_event.clear()
-            while self._results:
-                batch, self._results = self._results, []
-                try:
-                    oks = await loop.run_in_executor(
-                        executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
-                    self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True)
-                                          if ok and s.state == "delivered")
-                    if any(s.state == "pending" for s in batch):
-                        self.wake()
-                except Exception:
-                    log.exception("recording attempt results failed; will retry")
-                    self._results[:0] = batch
-                    await asyncio.sleep(0.5)
+        failures = 0
+        while True:
+            if not self._results:
+                if self._stopping:
+                    return
+                await self._flush_event.wait()
+                self._flush_event.clear()
+                continue
+            batch, self._results = self._results, []
+            try:
+                oks = await loop.run_in_executor(
+                    executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
+                failures = 0
+                self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True)
+                                      if ok and s.state == "delivered")
+                if any(s.state == "pending" for s in batch):
+                    self.wake()
+            except Exception as exc:
+                failures += 1
+                log.error("recording %d attempt results failed (%s); will retry", len(batch), type(exc).__name__)
+                self._results[:0] = batch
+                await asyncio.sleep(min(5.0, 0.5 * failures))
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -367,7 +416,15 @@ class Dispatcher:
                 if fetch:
                     try:
                         started = loop.time()
-                        res = await loop.run_in_executor(executor, self._claim, cap, fetch)
+                        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch)
+                        try:
+                            res = await claiming
+                        except asyncio.CancelledError:
+                            if self._stopping and claiming.cancelled():
+                                break   # stop() does not wait for a claim stuck in the store
+                            raise
+                        finally:
+                            self._claiming = None
                         if log.isEnabledFor(logging.DEBUG):
                             log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
                                       sum(res.waiting.values()), (loop.time() - started) * 1000)
@@ -392,11 +449,25 @@ class Dispatcher:
                 except TimeoutError:
                     pass
         finally:
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+            # Bounded stop (invariant 17): the attempts in flight and the recording of their results
+            # get ``drain_s`` together; whatever is left then is cancelled, never waited for.
             self._stopping = True
+            deadline = loop.time() + self.drain_s
+            if tasks:
+                _, late = await asyncio.wait(set(tasks), timeout=max(0.0, deadline - loop.time()))
+                if late:
+                    log.warning("stopping: %d attempts still in flight after %.1f s are abandoned (their "
+                                "leases lapse and they are attempted again)", len(late), self.drain_s)
+                    for t in late:
+                        t.cancel()
+                    await asyncio.wait(late, timeout=1.0)
             self._flush_event.set()
-            await flusher
-            executor.shutdown(wait=True)
+            _, unfinished = await asyncio.wait({flusher}, timeout=max(0.1, deadline - loop.time()))
+            if unfinished:
+                log.error("stopping: %d attempt results could not be recorded within %.1f s (their leases "
+                          "lapse and they are attempted again)", len(self._results), self.drain_s)
+                flusher.cancel()
+                await asyncio.wait({flusher}, timeout=1.0)
+            executor.shutdown(wait=False, cancel_futures=True)
             if own_sender and self.sender is not None:
                 await self.sender.close()

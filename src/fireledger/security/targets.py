@@ -37,6 +37,7 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -90,6 +91,8 @@ def needs_pin(target_url: str | None) -> bool:
     except ValueError:
         return True
     return False
+
+_log = logging.getLogger("fireledger.dispatch")
 
 
 def challenge_url(target_url: str, token: str) -> str:
@@ -296,9 +299,10 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
     ``(job, None)`` with the payload decrypted (the one decryption point, :mod:`.envelope`) and, for a
     plain-http target with a host name, ``pinned_addresses`` set to the addresses it was verified at, or
     ``(job, cause)`` when the attempt must not be made — the target's verification is missing, failed
-    or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed).
+    or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed, or
+    the key-encryption key does not unwrap it: ``KekError``, never raised from here).
     The runner records such an attempt ``failed`` with the cause; the target is not called."""
-    from .envelope import PayloadUnreadable, open_job_payload
+    from .envelope import KekError, PayloadUnreadable, open_job_payload
 
     refusal, trust = await _checked(store, job.target, now_us)
     if refusal is not None:
@@ -309,6 +313,12 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
         return await open_job_payload(store, job), None
     except PayloadUnreadable as exc:
         return job, f"not sent: {exc}"
+    except KekError as exc:
+        # The deployment's key-encryption key cannot unwrap this tenant's key: recorded with a cause
+        # (no path or key detail: the tenant reads it), the detail logged for the operator.
+        _log.error("tenant %s: the payload key cannot be unwrapped: %s", job.fire.tenant_id, exc)
+        return job, ("not sent: the payload cannot be opened: this deployment's key-encryption key does "
+                     "not unwrap the tenant's data key (KekError)")
 
 
 def forget_cached(target_id: str | None = None) -> None:

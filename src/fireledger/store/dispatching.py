@@ -25,16 +25,20 @@ Lists of ids are bound as one JSON array parameter (``json_each`` on SQLite,
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from fireledger.domain.instants import MAX_US, MIN_US, after_us, clamp_us
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import DispatchJob, Fire, Target, TriggerVersion
 
 from . import queries
 from .engine import StoreError
+
+log = logging.getLogger("fireledger.store")
 
 _F = queries.FIRE_COLS
 _FF = ", ".join("f." + c.strip() for c in _F.split(","))
@@ -128,6 +132,21 @@ DISPATCH_QUERIES: dict[str, str] = {
         "attempts = attempts + 1, dispatched_us = COALESCE(dispatched_us, :now_us) "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
         "AND seq = :seq AND state IN ('pending', 'dispatching') AND next_attempt_us <= :now_us"
+    ),
+    # The attempt a lapsed lease left open: no result was recorded (the runner stopped or lost the store).
+    "dp_attempt_lapsed": (
+        "UPDATE attempts SET finished_us = :now_us, result = 'unknown', "
+        "error = 'lease lapsed: no result recorded' WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "AND scheduled_us = :scheduled_us AND seq = :seq AND attempt = :attempt AND finished_us IS NULL"
+    ),
+    # A fire whose attempts are used up when it comes round again is settled, never leased again.
+    "dp_exhausted": (
+        "UPDATE fires SET state = :state, cause = CASE WHEN cause IS NULL THEN CAST(:cause AS TEXT) "
+        "ELSE CAST(:cause AS TEXT) || '; ' || cause END, finished_us = :now_us, lease_owner = NULL, "
+        "next_attempt_us = NULL "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
+        "AND seq = :seq AND state IN ('pending', 'dispatching') AND next_attempt_us <= :now_us "
+        "AND attempts = :attempts"
     ),
     "dp_attempt": (
         "INSERT INTO attempts (tenant_id, trigger_id, scheduled_us, seq, attempt, started_us, node) "
@@ -498,14 +517,24 @@ class DispatchingMixin:
         jobs: list[ClaimedJob] = []
         leases: list[dict[str, Any]] = []
         attempts: list[dict[str, Any]] = []
+        lapsed: list[dict[str, Any]] = []
         for f, admission in admitted:
             found = versions.get((f.trigger_id, f.version))
             t = targets.get(found.target_id) if found is not None else None
             if found is None or t is None:
                 continue   # cannot happen (foreign keys); never lease what cannot be described
             v = found
-            until = now_us + int(v.policies.timeout_s * 1e6) + lease_margin_us
-            p = {**_key_params(f), "owner": owner, "until_us": until, "now_us": now_us}
+            if f.state == "dispatching" and f.attempts > 0:
+                # A lapsed lease: its attempt recorded no result. The request may have reached the
+                # target, so that attempt is ``unknown`` (invariant 9).
+                lapsed.append({**_key_params(f), "attempt": f.attempts, "now_us": now_us})
+            if f.attempts >= v.policies.max_attempts:
+                # The attempt limit holds at claim time too: a fire whose last attempt's lease lapsed
+                # (or that is somehow due with no attempt left) is settled, never leased again.
+                self._settle_exhausted(c, f, v.policies.max_attempts, now_us)
+                continue
+            until = after_us(now_us, v.policies.timeout_s) + lease_margin_us
+            p = {**_key_params(f), "owner": owner, "until_us": clamp_us(until), "now_us": now_us}
             leases.append(p)
             attempts.append({**_key_params(f), "attempt": f.attempts + 1, "now_us": now_us, "owner": owner})
             leased = replace(f, state="dispatching", attempts=f.attempts + 1, next_attempt_us=until,
@@ -513,6 +542,10 @@ class DispatchingMixin:
             jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
                                                v.schedule), admission))
         cur = c.cursor()
+        if lapsed:
+            cur.executemany(q["dp_attempt_lapsed"], lapsed)
+        if not leases:
+            return jobs
         # On PostgreSQL every row is already locked by this transaction (SKIP LOCKED), on SQLite the
         # write lock is held: each update matches exactly its row, which the total checks.
         cur.executemany(q["dp_lease"], leases)
@@ -520,6 +553,22 @@ class DispatchingMixin:
             raise StoreError(f"leasing {len(leases)} fires matched {cur.rowcount} rows")
         cur.executemany(q["dp_attempt"], attempts)
         return jobs
+
+    # --- claim-time attempt limit ------------------------------------------------------------------
+
+    def _settle_exhausted(self, c: Any, f: Fire, max_attempts: int, now_us: int) -> None:
+        """Settle a due fire that has no attempt left instead of leasing it: ``unknown`` when its last
+        attempt's lease lapsed (that request may have reached the target, invariant 9), else
+        ``failed``; the cause says which."""
+        if f.state == "dispatching":
+            state = "unknown"
+            cause = (f"unknown: attempt {f.attempts} of {max_attempts} recorded no result before its lease "
+                     "lapsed (the dispatch process stopped or lost the store) and no attempts are left")
+        else:
+            state = "failed"
+            cause = f"failed: no attempts left ({f.attempts} of {max_attempts} made)"
+        c.execute(self.q["dp_exhausted"], {**_key_params(f), "state": state, "cause": cause, "now_us": now_us,
+                                           "attempts": f.attempts})
 
     # --- settle ---------------------------------------------------------------------------------
 
@@ -530,36 +579,80 @@ class DispatchingMixin:
         lost (another runner owns the fire now); its attempt row is still finished. A fire delivered
         to a ``queue`` target is put on that queue here, in the same transaction, once (the message's
         key is the fire key).
+
+        No item can hold back the others (invariant 15): a ``next_attempt_us`` outside the
+        representable range is clamped into it (:mod:`fireledger.domain.instants`); when the batch
+        is refused as a whole, each item is recorded on its own (a savepoint each), and an item the
+        store still refuses is *set aside*: its attempt is finished and its fire settled ``failed``
+        with a cause naming the error class (never a value), and False is returned for it. Only an
+        error that is not the item's (the store is down) raises, with nothing recorded.
         """
+        items = [it if it.next_attempt_us is None or MIN_US <= it.next_attempt_us <= MAX_US
+                 else replace(it, next_attempt_us=clamp_us(it.next_attempt_us)) for it in items]
         out: list[bool] = []
-        q = self.q
         with self.engine.write() as c:
-            if self._settle_all(c, items, now_us):
-                return [True] * len(items)
+            try:
+                if self._settle_all(c, items, now_us):
+                    return [True] * len(items)
+            except Exception as exc:   # refused as a whole (rolled back to its savepoint): item by item
+                log.warning("recording %d attempt results in bulk failed (%s); recording them one by one",
+                            len(items), type(exc).__name__)
             for it in items:
-                f = it.job.fire
-                key = _key_params(f)
-                c.execute(q["finish_attempt"], {
-                    **key, "attempt": it.job.attempt, "finished_us": now_us, "result": it.result,
-                    "http_status": it.http_status, "error": it.error})
-                terminal = it.state != "pending"
-                n = c.execute(q["settle_fire"], {
-                    **key, "state": it.state, "cause": it.cause, "next_attempt_us": it.next_attempt_us,
-                    "finished_us": now_us if terminal else None, "owner": it.job.lease_owner,
-                    "attempt": it.job.attempt}).rowcount
-                if n > 1:
-                    raise StoreError(f"settle_fire matched {n} rows")
-                ok = n == 1
-                if ok and it.state == "delivered" and it.job.target.kind == "queue":
-                    c.execute(q["dp_enqueue"], {**key, "target_id": it.job.target.id, "now_us": now_us})
-                out.append(ok)
+                out.append(self._settle_guarded(c, it, now_us))
         return out
+
+    def _settle_one(self, c: Any, it: Any, now_us: int) -> bool:
+        q = self.q
+        f = it.job.fire
+        key = _key_params(f)
+        c.execute(q["finish_attempt"], {
+            **key, "attempt": it.job.attempt, "finished_us": now_us, "result": it.result,
+            "http_status": it.http_status, "error": it.error})
+        terminal = it.state != "pending"
+        n = c.execute(q["settle_fire"], {
+            **key, "state": it.state, "cause": it.cause, "next_attempt_us": it.next_attempt_us,
+            "finished_us": now_us if terminal else None, "owner": it.job.lease_owner,
+            "attempt": it.job.attempt}).rowcount
+        if n > 1:
+            raise StoreError(f"settle_fire matched {n} rows")
+        ok = n == 1
+        if ok and it.state == "delivered" and it.job.target.kind == "queue":
+            c.execute(q["dp_enqueue"], {**key, "target_id": it.job.target.id, "now_us": now_us})
+        return ok
+
+    def _settle_guarded(self, c: Any, it: Any, now_us: int) -> bool:
+        """One item in its own savepoint; set aside (see :meth:`settle_dispatch`) when refused. A
+        failure to roll back to the savepoint (the connection is gone) propagates."""
+        c.execute("SAVEPOINT settle_item")
+        try:
+            ok = self._settle_one(c, it, now_us)
+        except Exception as exc:
+            c.execute("ROLLBACK TO SAVEPOINT settle_item")
+            c.execute("RELEASE SAVEPOINT settle_item")
+            what = type(exc).__name__
+            f = it.job.fire
+            log.error("the result of attempt %d of a fire of trigger %s could not be recorded (%s); "
+                      "the fire is set aside as failed", it.job.attempt, f.trigger_id, what)
+            aside = replace(it, http_status=None, error=f"not recorded: {what}", state="failed",
+                            cause=(f"failed: the result of attempt {it.job.attempt} ({it.result}) could not be "
+                                   f"recorded ({what}); the fire was set aside"), next_attempt_us=None)
+            c.execute("SAVEPOINT settle_item")
+            try:
+                self._settle_one(c, aside, now_us)
+            except Exception as again:
+                c.execute("ROLLBACK TO SAVEPOINT settle_item")
+                log.error("setting the fire aside failed too (%s); its lease will lapse", type(again).__name__)
+            c.execute("RELEASE SAVEPOINT settle_item")
+            return False
+        c.execute("RELEASE SAVEPOINT settle_item")
+        return ok
 
     def _settle_all(self, c: Any, items: Sequence[Any], now_us: int) -> bool:
         """The common case in bulk: every lease still held and no queue put. Two batched statements
         in a savepoint; when the settle count differs (a lease was lost) the savepoint is rolled
         back, False returned and the caller settles item by item (each statement matches at most
-        its own row, so a total equal to the number of items means each matched once)."""
+        its own row, so a total equal to the number of items means each matched once). When a
+        statement raises, the savepoint is rolled back and the error raised."""
         if not items or any(it.state == "delivered" and it.job.target.kind == "queue" for it in items):
             return False
         q = self.q
@@ -573,12 +666,17 @@ class DispatchingMixin:
                             "owner": it.job.lease_owner, "attempt": it.job.attempt})
         cur = c.cursor()
         cur.execute("SAVEPOINT settle_bulk")
-        cur.executemany(q["settle_fire"], settles)
-        if cur.rowcount != len(settles):
+        try:
+            cur.executemany(q["settle_fire"], settles)
+            if cur.rowcount != len(settles):
+                cur.execute("ROLLBACK TO SAVEPOINT settle_bulk")
+                cur.execute("RELEASE SAVEPOINT settle_bulk")
+                return False
+            cur.executemany(q["finish_attempt"], finishes)
+        except Exception:
             cur.execute("ROLLBACK TO SAVEPOINT settle_bulk")
             cur.execute("RELEASE SAVEPOINT settle_bulk")
-            return False
-        cur.executemany(q["finish_attempt"], finishes)
+            raise
         cur.execute("RELEASE SAVEPOINT settle_bulk")
         return True
 
