@@ -169,6 +169,7 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                     for stmt in _split(sql):
                         c.execute(stmt)
                 else:
+                    c.execute("SET LOCAL statement_timeout = 0")   # a migration may rewrite a big table
                     c.execute(sql)
                 c.execute("INSERT INTO schema_migrations (version, applied_us) VALUES (:v, :n)"
                           if self.engine.name == "sqlite" else
