@@ -105,6 +105,11 @@ class TriggerView(BaseModel):
     jitter: str
     timeout: str
     next_instant: str | None
+    pause_reason: str | None = Field(
+        default=None,
+        description="Why the timing plane paused this trigger (state 'paused'): its stored schedule no longer "
+                    "compiles or could not be planned; its due instant is recorded as a failed fire with the "
+                    "same cause. Null when paused by a principal or not paused. Cleared by resume.")
     tzdata_version: str
     created_at: str
     updated_at: str

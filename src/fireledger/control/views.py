@@ -61,6 +61,7 @@ def trigger_view(t: Trigger, v: TriggerVersion) -> dict[str, Any]:
         "target_id": v.target_id,
         **policy_fields(v.policies),
         "next_instant": instant(t.next_us),
+        "pause_reason": t.pause_reason,
         "tzdata_version": v.tzdata_version,
         "created_at": instant(t.created_us),
         "updated_at": instant(t.updated_us),
