@@ -159,6 +159,16 @@ class FireView(BaseModel):
     version: int
     tzdata_version: str
     decided_by: str
+    eps_s: float | None = Field(
+        default=None,
+        description="The clock bound ε (seconds) in force when this fire was decided: true time was within "
+                    "± ε of the decider's clock, and the fire was claimed only once its instant was ≤ the "
+                    "clock's earliest bound (never early). Null for fires decided before it was recorded.")
+    eps_source: str | None = Field(
+        default=None,
+        description="Who vouched for eps_s: 'kernel' (the kernel's synchronisation error bound), 'declared' "
+                    "(FIRELEDGER_DECLARED_EPS_MS, the kernel reports no synchronisation), either suffixed "
+                    "'+postgres' when cross-checked against the PostgreSQL server's clock.")
     attempts: list[AttemptView]
 
 

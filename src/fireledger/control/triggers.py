@@ -424,11 +424,12 @@ def run_trigger(trigger_id: str, principal: Principal = Depends(require("author"
     if found.trigger.state != TriggerState.ACTIVE:
         raise conflict(f"the trigger is {found.trigger.state.value}, not active")
     # The clock's earliest bound: dispatching at once can never precede the fire's own instant.
-    now_us = ctx.clock.now().earliest_us
+    iv = ctx.clock.now()
+    now_us = iv.earliest_us
     fire = NewFire(tenant_id=principal.tenant_id, trigger_id=trigger_id, scheduled_us=now_us, seq=1,
                    version=found.trigger.current_version, kind=FireKind.MANUAL, lane=Lane.ON_TIME,
                    state=FireState.PENDING, decided_us=now_us, tzdata_version=TZDATA_VERSION,
-                   decided_by=f"control:{principal.id}")
+                   decided_by=f"control:{principal.id}", eps_us=iv.eps_us, eps_source=iv.source)
     if not ctx.store.insert_fires([fire]):
         raise conflict("a manual fire was already recorded for this instant; retry")
     key = FireKey(principal.tenant_id, trigger_id, now_us, 1)

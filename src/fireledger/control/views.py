@@ -83,6 +83,8 @@ def fire_view(f: Fire) -> dict[str, Any]:
         "version": f.version,
         "tzdata_version": f.tzdata_version,
         "decided_by": f.decided_by,
+        "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
+        "eps_source": f.eps_source,
         "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
         "attempts": [
             {"attempt": a.number, "started_at": instant(a.started_us), "finished_at": instant(a.finished_us),
