@@ -20,6 +20,8 @@ run: $(STAMP)
 	@echo "fireledger: API on http://127.0.0.1:8080/v1 (schema: /openapi.json, metrics: /metrics)"
 	@echo "fireledger: get a token with: $(BIN)/fireledger tenant create acme --json"
 	@echo "fireledger: local demo mode: loopback/private targets allowed (FIRELEDGER_ALLOW_PRIVATE_TARGETS=1)"
+	@echo "fireledger: state (key ring, key-encryption key, SQLite store) in $${FIRELEDGER_STATE_DIR:-./.fireledger}/"
+	$(BIN)/fireledger init
 	FIRELEDGER_ALLOW_PRIVATE_TARGETS=1 $(BIN)/fireledger serve $(ARGS)
 
 test: $(STAMP)

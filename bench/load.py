@@ -19,6 +19,7 @@ from fireledger.definitions import next_us
 from fireledger.domain.keys import from_us, new_id
 from fireledger.domain.model import Policies, Target, Tenant, Trigger, TriggerState, TriggerVersion
 from fireledger.recurrence import TZDATA_VERSION, compile_spec
+from fireledger.security.envelope import seal_payload
 from fireledger.store import SqlStore
 
 
@@ -59,7 +60,8 @@ def load_triggers(store: SqlStore, tenant: Tenant, target: Target, items: Iterab
     tid0 = new_id("tr")
     store.create_trigger(
         Trigger(tid0, tenant.id, "bench-0", TriggerState.ACTIVE, 1, partition_of(tid0), now_us, now_us),
-        TriggerVersion(tid0, 1, tenant.id, spec0, target.id, b"{}", Policies(), TZDATA_VERSION, now_us), next0)
+        TriggerVersion(tid0, 1, tenant.id, spec0, target.id, seal_payload(store, tenant.id, tid0, 1, b"{}"),
+                       Policies(), TZDATA_VERSION, now_us), next0)
     ph = "?" if store.engine_name == "sqlite" else "%s"
     with store.engine.read() as c:
         if store.engine_name == "sqlite":
@@ -94,6 +96,7 @@ def load_triggers(store: SqlStore, tenant: Tenant, target: Target, items: Iterab
         t[ti["id"]], t[ti["name"]], t[ti["partition"]] = tid, f"bench-{count}", part
         v = vrow.copy()
         v[vi["trigger_id"]], v[vi["schedule"]] = tid, json.dumps(spec, sort_keys=True)
+        v[vi["payload"]] = seal_payload(store, tenant.id, tid, 1, b"{}")   # bound to its trigger: one each
         ts.append(tuple(t))
         vs.append(tuple(v))
         if drow is not None and nxt is not None:

@@ -243,6 +243,9 @@ def main() -> int:
     ap.add_argument("--dispatch-processes", type=int, default=None,
                     help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; default 1)")
     a = ap.parse_args()
+    from e2e import use_state_dir  # one state directory (KEK, key ring) for the run, not the checkout's
+
+    use_state_dir(Path(tempfile.mkdtemp(prefix="fireledger-bench-state-")) / "state")
     if a.dispatch_processes is not None:
         os.environ["FIRELEDGER_DISPATCH_PROCESSES"] = str(a.dispatch_processes)   # before `fl` is imported
     only = set(a.only.split(",")) if a.only else set(ALL)

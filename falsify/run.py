@@ -52,6 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="", help="run scenarios whose name starts with this")
     args = ap.parse_args(argv)
+    # One state directory for the run (KEK made as `fireledger init` makes it, key ring), shared by
+    # the services scenarios start and the scenarios' in-process reads; never the checkout's.
+    import shutil
+    import tempfile
+
+    from e2e import use_state_dir
+
+    state_root = tempfile.mkdtemp(prefix="fireledger-falsify-state-")
+    use_state_dir(Path(state_root) / "state")
+    try:
+        return _run(args)
+    finally:
+        shutil.rmtree(state_root, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace) -> int:
     ok = True
     for name, fn in discover(args.quick):
         if not name.startswith(args.only):

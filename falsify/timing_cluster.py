@@ -313,6 +313,7 @@ class Cluster:
         from fireledger.domain.keys import from_us, new_id
         from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
         from fireledger.recurrence import TZDATA_VERSION, compile_spec
+        from fireledger.security.envelope import seal_payload
         from fireledger.store import SqlStore
 
         store = SqlStore.open(self.db)
@@ -340,8 +341,8 @@ class Cluster:
                 rec = compile_spec({"every": f"{p}s"}, default_anchor=from_us(anchor))
                 tid = new_id("tr")
                 trig = Trigger(tid, tn.id, f"t{i}", TriggerState.ACTIVE, 1, partition_of(tid), now, now)
-                v = TriggerVersion(tid, 1, tn.id, rec.spec(), tg.id, b"{}", Policies(timeout_s=5.0),
-                                   TZDATA_VERSION, now)
+                v = TriggerVersion(tid, 1, tn.id, rec.spec(), tg.id, seal_payload(store, tn.id, tid, 1, b"{}"),
+                                   Policies(timeout_s=5.0), TZDATA_VERSION, now)
                 store.create_trigger(trig, v, next_us(rec, now))
                 out.append(Trig(tid, p * S, anchor))
             return out

@@ -35,6 +35,27 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
         time.sleep(interval_s)
 
 
+def prepare_state_dir(path: Path) -> Path:
+    """What ``fireledger init`` does for a test deployment, in-process: the state directory (0700)
+    and its key-encryption key file (0600, created once by the same function ``init`` uses). The
+    key ring is created by the first process that needs it."""
+    from fireledger.security.envelope import create_kek
+
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    create_kek(path / "kek.key")
+    return path
+
+
+def use_state_dir(path: Path) -> Path:
+    """Make ``path`` this process's state directory (``FIRELEDGER_STATE_DIR``, inherited by every
+    process it starts) unless one is set already, and prepare it; returns the one in force. In-process
+    code (sealing payloads, reading the ledger) and the services then share one KEK and key ring."""
+    current = os.environ.get("FIRELEDGER_STATE_DIR")
+    if not current:
+        os.environ["FIRELEDGER_STATE_DIR"] = current = str(path)
+    return prepare_state_dir(Path(current))
+
+
 def cli(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
@@ -84,8 +105,13 @@ class Service:
         self.workdir = workdir
         self.command = command
         self.port = port if port is not None else (free_port() if command in ("serve", "control") else None)
-        self.env = {**os.environ, "FIRELEDGER_ALLOW_PRIVATE_TARGETS": "1",
-                    "FIRELEDGER_KEK_FILE": str(workdir / "fireledger-kek.key"), **(env or {})}
+        # State (KEK, key ring): the run's state directory (tests/conftest.py, falsify/run.py and
+        # bench set one), else one in the workdir; an ``env`` of the caller may name its own.
+        self.env = {**os.environ, "FIRELEDGER_ALLOW_PRIVATE_TARGETS": "1", **(env or {})}
+        if not self.env.get("FIRELEDGER_STATE_DIR"):
+            self.env["FIRELEDGER_STATE_DIR"] = str(workdir / ".fireledger")
+        if not self.env.get("FIRELEDGER_KEK") and not self.env.get("FIRELEDGER_KEK_FILE"):
+            prepare_state_dir(Path(self.env["FIRELEDGER_STATE_DIR"]))
         self.prefix = prefix or []
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"{command}-{time.monotonic_ns()}.log"
@@ -135,9 +161,9 @@ class Service:
 
 
 def verify_target(api: Api, sink: Any, target: dict[str, Any]) -> dict[str, Any]:
-    """Prove ownership of ``target`` (a create response): the sink serves its challenge token, then
+    """Prove ownership of ``target`` (a create response): the sink serves its challenge response, then
     ``POST /v1/targets/{id}/verify``; returns the verified target view."""
-    sink.add_challenge(target["verification"]["token"])
+    sink.add_challenge(target["verification"]["token"], target["verification"]["response"])
     out = api.ok("POST", f"/v1/targets/{target['id']}/verify", None, 200)
     assert out["verification"]["state"] == "verified", out
     return out  # type: ignore[no-any-return]

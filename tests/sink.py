@@ -40,8 +40,9 @@ Admin endpoints (GET only, so they never collide with recorded POSTs): ``GET /re
 (``?since=SEQ`` returns records with seq >= SEQ), ``GET /health``; ``DELETE /records`` clears.
 
 Target ownership challenges: ``GET /.well-known/fireledger-verification/<token>`` answers 200 with
-the token as its body for a token registered with ``add_challenge()`` or ``PUT /challenges/<token>``
-(``DELETE /challenges/<token>`` withdraws it), and 404 otherwise.
+the target's ``verification.response`` as its body for a token registered with
+``add_challenge(token, response)`` or ``PUT /challenges/<token>`` (body: the response;
+``DELETE /challenges/<token>`` withdraws it), and 404 otherwise.
 """
 
 from __future__ import annotations
@@ -115,27 +116,31 @@ class SinkServer:
         self._release: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._challenges: set[str] = set()
+        self._challenges: dict[str, str] = {}
 
     # ---- ownership challenges -----------------------------------------------------------------
 
-    def add_challenge(self, token: str) -> None:
-        """Serve ``token`` at ``/.well-known/fireledger-verification/<token>`` (thread-safe)."""
+    def add_challenge(self, token: str, response: str) -> None:
+        """Serve ``response`` (the target's ``verification.response``) at
+        ``/.well-known/fireledger-verification/<token>`` (thread-safe)."""
         with self._cond:
-            self._challenges.add(token)
+            self._challenges[token] = response
 
     def remove_challenge(self, token: str) -> None:
         with self._cond:
-            self._challenges.discard(token)
+            self._challenges.pop(token, None)
 
     async def _get_challenge(self, request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
         with self._cond:
-            known = token in self._challenges
-        return web.Response(text=token, content_type="text/plain") if known else web.Response(status=404)
+            answer = self._challenges.get(token)
+        return web.Response(text=answer, content_type="text/plain") if answer is not None else web.Response(status=404)
 
     async def _put_challenge(self, request: web.Request) -> web.StreamResponse:
-        self.add_challenge(request.match_info["token"])
+        response = (await request.text()).strip()
+        if not response:
+            return web.Response(status=400, text="the body must be the verification response")
+        self.add_challenge(request.match_info["token"], response)
         return web.Response(status=204)
 
     async def _delete_challenge(self, request: web.Request) -> web.StreamResponse:

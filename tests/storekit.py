@@ -10,16 +10,29 @@ from fireledger.definitions import next_us
 from fireledger.domain.keys import new_id
 from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
 from fireledger.recurrence import TZDATA_VERSION, compile_spec
+from fireledger.security.envelope import seal_payload
 from fireledger.store import SqlStore
 
 T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for fake clocks
 
 
+#: The KEK tests use where a store has no file beside it (PostgreSQL): never a deployment's.
+TEST_KEK = bytes(range(100, 132))
+
+
 def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> SqlStore:
+    """A migrated store. SQLite finds (or creates) its KEK beside the file in ``tmp_path``; on
+    PostgreSQL the audit chain is keyed from :data:`TEST_KEK` (no KEK file in the working directory;
+    a CLI subprocess verifies it with ``FIRELEDGER_KEK`` = that key)."""
     if engine == "sqlite":
         return SqlStore.open(f"sqlite:///{tmp_path}/store.db")
     assert pg_server is not None
-    return SqlStore.open(pg_server.new_database(), migrate=True)
+    from fireledger.security.derived import derive_from
+    from fireledger.store.trust import AUDIT_KEY_LABEL
+
+    store = SqlStore.open(pg_server.new_database(), migrate=True)
+    store.set_audit_key(derive_from(TEST_KEK, AUDIT_KEY_LABEL))
+    return store
 
 
 def add_tenant(store: SqlStore, name: str = "acme", now_us: int = T0) -> Tenant:
@@ -46,8 +59,9 @@ def add_trigger(store: SqlStore, tenant: Tenant, target: Target, schedule: dict[
     rec = compile_spec(schedule, default_anchor=from_us(now_us))
     tid = new_id("tr")
     trig = Trigger(tid, tenant.id, f"t-{tid}", TriggerState.ACTIVE, 1, partition, now_us, now_us)
-    v = TriggerVersion(tid, 1, tenant.id, rec.spec(), target.id,
-                       json.dumps(payload or {}).encode(), policies or Policies(), TZDATA_VERSION, now_us)
+    sealed = seal_payload(store, tenant.id, tid, 1, json.dumps(payload or {}).encode())   # as the API stores it
+    v = TriggerVersion(tid, 1, tenant.id, rec.spec(), target.id, sealed, policies or Policies(), TZDATA_VERSION,
+                       now_us)
     first = next_us(rec, now_us)
     store.create_trigger(trig, v, first)
     return trig, v, first

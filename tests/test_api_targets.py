@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from apikit import Api, Session, assert_problem
+from fireledger.security.envelope import open_secret
 
 
 @pytest.fixture
@@ -45,7 +46,8 @@ def test_create_shows_secret_once(api: Api) -> None:
     listed = s.get("/v1/targets").json()
     assert listed["items"] == [got] and t["secret"] not in str(listed)
     stored = api.store.get_target(tenant_id, t["id"])
-    assert stored is not None and stored.secret == t["secret"]
+    assert stored is not None and t["secret"] not in stored.secret            # stored sealed (finding 9)
+    assert open_secret(api.store, stored) == t["secret"]
 
 
 def test_list_pages_with_cursor(api: Api) -> None:

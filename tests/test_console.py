@@ -116,11 +116,12 @@ def test_console_signs_in_and_shows_delivered_expired_and_lateness(ledger: dict[
                 page.fill("#token", "fl_not-a-real-token")
                 page.click("form.login button[type=submit]")
                 expect(page.locator("p.error")).to_be_visible()
-                assert context.cookies() == []
+                assert [c["name"] for c in context.cookies()] == ["fireledger_console_login"]   # CSRF nonce only
 
                 sign_in(page, svc.base, ledger["token"])
-                (cookie,) = context.cookies()
+                (cookie,) = context.cookies()   # the session id; the login nonce is gone
                 assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
+                assert cookie["value"] != ledger["token"] and ledger["token"] not in cookie["value"]
                 expect(page.locator("#fires-24h")).to_contain_text("expired")
 
                 page.click("nav >> text=Triggers")
@@ -177,10 +178,14 @@ def api(tmp_path: Path) -> Iterator[ApiHarness]:
 
 
 def login(api: ApiHarness, token: str) -> None:
-    r = api.http.post("/console/login", content=f"token={token}",
-                      headers={"content-type": "application/x-www-form-urlencoded"}, follow_redirects=False)
+    """Sign in as a browser does: the login page (its CSRF token and nonce cookie), then the form."""
+    page = api.http.get("/console/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert page.status_code == 200 and csrf, page.text[:500]
+    r = api.http.post("/console/login", data={"csrf": csrf.group(1), "token": token}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/", r.text
-    assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
+    session = next(c for c in r.headers.get_list("set-cookie") if c.startswith("fireledger_console="))
+    assert "HttpOnly" in session and "SameSite=strict" in session and token not in session
 
 
 def test_console_pages_are_tenant_scoped_escaped_and_locked_down(api: ApiHarness) -> None:

@@ -128,8 +128,10 @@ def test_queue_pull_ack_visibility_and_isolation(api: Api) -> None:
 # --- outcomes -----------------------------------------------------------------------------------
 
 
-def signed(secret: str, body: dict[str, Any] | bytes, ts: int, msg_id: str = "msg_1") -> tuple[bytes, dict[str, str]]:
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+def signed(secret: str, body: dict[str, Any] | bytes, ts: int, msg_id: str = "msg_1", *,
+           key: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """A signed callback; a dict body gets ``fire_key`` = ``key`` first (the binding every callback needs)."""
+    raw = body if isinstance(body, bytes) else json.dumps({**({"fire_key": key} if key else {}), **body}).encode()
     return raw, {**build_headers(secret, msg_id, ts, raw), "content-type": "application/json"}
 
 
@@ -145,7 +147,7 @@ def test_signed_outcome_callbacks(api: Api) -> None:
     path = f"/v1/fires/{key}/outcome"
     assert s.get(path).json() == {"key": key, "outcome": "unknown", "reported_at": None}
 
-    raw, h = signed(secret, {"outcome": "succeeded"}, now_s)
+    raw, h = signed(secret, {"outcome": "succeeded"}, now_s, key=key)
     r = api.anon.post(path, content=raw, headers=h)          # no bearer token: the signature is the auth
     assert r.status_code == 201, r.text
     assert r.json()["outcome"] == "succeeded" and r.json()["reported_at"].endswith("Z")
@@ -153,26 +155,26 @@ def test_signed_outcome_callbacks(api: Api) -> None:
     # The very same request again: a replay, refused.
     assert_problem(api.anon.post(path, content=raw, headers=h), 409)
     # The same outcome under a new id: harmless, 200. A different outcome: 409 (the first is final).
-    raw2, h2 = signed(secret, {"outcome": "succeeded"}, now_s, "msg_2")
+    raw2, h2 = signed(secret, {"outcome": "succeeded"}, now_s, "msg_2", key=key)
     assert api.anon.post(path, content=raw2, headers=h2).status_code == 200
-    raw3, h3 = signed(secret, {"outcome": "failed"}, now_s, "msg_3")
+    raw3, h3 = signed(secret, {"outcome": "failed"}, now_s, "msg_3", key=key)
     assert "already recorded" in assert_problem(api.anon.post(path, content=raw3, headers=h3), 409)["detail"]
 
     # Stale or future timestamps, a wrong secret, a swapped body, no signature: 401.
     for ts in (now_s - 301, now_s + 301):
-        raw, h = signed(secret, {"outcome": "failed"}, ts, f"msg_t{ts}")
+        raw, h = signed(secret, {"outcome": "failed"}, ts, f"msg_t{ts}", key=key)
         assert_problem(api.anon.post(path, content=raw, headers=h), 401)
     other_secret = s.post("/v1/targets", json={"kind": "queue"}).json()["secret"]
-    raw, h = signed(other_secret, {"outcome": "failed"}, now_s, "msg_x")
+    raw, h = signed(other_secret, {"outcome": "failed"}, now_s, "msg_x", key=key)
     assert_problem(api.anon.post(path, content=raw, headers=h), 401)
-    raw, h = signed(secret, {"outcome": "succeeded"}, now_s, "msg_y")
+    raw, h = signed(secret, {"outcome": "succeeded"}, now_s, "msg_y", key=key)
     assert_problem(api.anon.post(path, content=b'{"outcome": "failed"}', headers=h), 401)
     assert_problem(api.anon.post(path, json={"outcome": "failed"}), 401)
 
     # Bad bodies (correctly signed) name the field; nothing is recorded.
-    raw, h = signed(secret, {"outcome": "maybe"}, now_s, "msg_b1")
+    raw, h = signed(secret, {"outcome": "maybe"}, now_s, "msg_b1", key=key)
     assert_problem(api.anon.post(path, content=raw, headers=h), 422, "outcome")
-    raw, h = signed(secret, {"outcome": "failed", "extra": 1}, now_s, "msg_b2")
+    raw, h = signed(secret, {"outcome": "failed", "extra": 1}, now_s, "msg_b2", key=key)
     assert_problem(api.anon.post(path, content=raw, headers=h), 422, "extra")
     raw, h = signed(secret, b"not json", now_s, "msg_b3")
     assert_problem(api.anon.post(path, content=raw, headers=h), 400, "body")
@@ -202,7 +204,7 @@ def test_outcome_for_a_fire_not_dispatched_is_refused(api: Api) -> None:
                 row.next_us, "2026f", "t")
     api.store.apply_decisions([Decision(Advance(t["id"], row.next_us, 1, None, 1), (f,))])
     key = str(FireKey(tenant_id, t["id"], row.next_us, 0))
-    raw, h = signed(created["secret"], {"outcome": "succeeded"}, api.clock.now().latest_us // S)
+    raw, h = signed(created["secret"], {"outcome": "succeeded"}, api.clock.now().latest_us // S, key=key)
     assert "never dispatched" in assert_problem(api.anon.post(f"/v1/fires/{key}/outcome", content=raw,
                                                               headers=h), 409)["detail"]
     assert api.store.get_outcome(FireKey.parse(key)) is None

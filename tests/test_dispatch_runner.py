@@ -21,6 +21,7 @@ from fireledger.domain.keys import FireKey, from_us, new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Policies, Target
 from fireledger.receiver import Receiver, ReceiverError
 from fireledger.recurrence import format_instant
+from fireledger.security.envelope import cipher_for
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
@@ -82,7 +83,8 @@ def test_queue_target_end_to_end(store):
     [f] = store.list_fires(t.id, trig.id)
     assert f.state == "delivered" and f.lane == "on-time" and f.attempt_list[0].result == "delivered"
     [m] = store.queue_pull(t.id, q.id, clock.now().latest_us, 10, 30 * S)
-    assert m.key == FireKey(t.id, trig.id, f.scheduled_us, 0) and json.loads(m.payload) == {"n": 7}
+    assert m.key == FireKey(t.id, trig.id, f.scheduled_us, 0)
+    assert json.loads(cipher_for(store).open(t.id, trig.id, f.version, m.payload)) == {"n": 7}   # stored sealed
 
 
 def test_internal_targets_outcomes(sqlite_store):
@@ -113,11 +115,11 @@ def test_internal_targets_outcomes(sqlite_store):
 
     t = add_tenant(store)
     other = add_tenant(store, "other")
-    reg.register("ok", ok)
-    reg.register("async.ok", async_ok)
-    reg.register("refuse", refuse)
-    reg.register("flaky", flaky)
-    reg.register("slow", slow)
+    reg.register("ok", ok, tenants={t.id})
+    reg.register("async.ok", async_ok, public=True)
+    reg.register("refuse", refuse, tenants={t.id})
+    reg.register("flaky", flaky, tenants={t.id, other.id})
+    reg.register("slow", slow, tenants={t.id})
     reg.register("private", ok, tenants={other.id})
     now = clock.now().latest_us
     triggers = {}

@@ -33,7 +33,7 @@ def samples(text: str, name: str) -> dict[str, float]:
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    a = Api(tmp_path)
+    a = Api(tmp_path, metrics_cache_s=0)   # each scrape here must see the change just made
     yield a
     a.close()
 

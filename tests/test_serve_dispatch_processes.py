@@ -37,8 +37,7 @@ def test_the_setting_is_a_whole_number_from_1_to_64():
 
 
 def test_a_bad_value_stops_serve_with_one_line(tmp_path):
-    env = {**os.environ, "FIRELEDGER_DISPATCH_PROCESSES": "zero",
-           "FIRELEDGER_KEK_FILE": str(tmp_path / "kek.key")}
+    env = {**os.environ, "FIRELEDGER_DISPATCH_PROCESSES": "zero"}   # the run's state directory (conftest)
     r = subprocess.run([sys.executable, "-c", "from fireledger.cli import main; main()", "serve", "--db",
                         f"sqlite:///{tmp_path}/fl.db", "--listen", "127.0.0.1:0"],
                        capture_output=True, text=True, env=env, timeout=60)

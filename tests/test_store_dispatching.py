@@ -12,6 +12,7 @@ from fireledger.dispatch.runner import _Shaper
 from fireledger.dispatch.shaping import Capacity
 from fireledger.domain.keys import FireKey, new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Target
+from fireledger.security.envelope import cipher_for, open_secret
 from fireledger.store import Settlement
 from fireledger.store.dispatching import ClaimSnapshot, OutcomeRejected, ShapedDecision
 from storekit import T0, add_target, add_tenant, add_trigger, open_store
@@ -189,7 +190,9 @@ def test_queue_delivery_pull_visibility_and_ack(store):
     now = T0 + 200 * S
     assert store.queue_stats(t.id, tg.id, now) == (3, 3, T0)
     got = store.queue_pull(t.id, tg.id, now, 2, 30 * S)
-    assert [m.fire.scheduled_us for m in got] == [T0, T0 + S] and got[0].payload == b'{"job": "x"}'
+    assert [m.fire.scheduled_us for m in got] == [T0, T0 + S]
+    m0 = got[0].fire   # the message carries the payload as stored (sealed); it opens to the job's payload
+    assert cipher_for(store).open(m0.tenant_id, m0.trigger_id, m0.version, got[0].payload) == b'{"job": "x"}'
     assert got[0].receives == 1 and got[0].visible_until_us == now + 30 * S
     assert [m.fire.scheduled_us for m in store.queue_pull(t.id, tg.id, now, 10, 30 * S)] == [T0 + 2 * S]
     assert store.queue_pull(t.id, tg.id, now + S, 10, 30 * S) == []          # all hidden
@@ -238,7 +241,7 @@ def test_outcomes_are_recorded_once_with_a_replay_guard(store):
     put_fires(store, trig, [T0])
     key = FireKey(t.id, trig.id, T0, 0)
     fire, target = store.outcome_context(key)
-    assert target.id == tg.id and target.secret == tg.secret and fire.scheduled_us == T0
+    assert target.id == tg.id and open_secret(store, target) == tg.secret and fire.scheduled_us == T0
     assert store.get_outcome(key) is None                        # unknown
     win = 300 * S
     assert store.record_outcome(key, "succeeded", T0 + S, target_id=tg.id, msg_id="m1", replay_window_us=win)

@@ -76,10 +76,16 @@ def test_trigger_history_range_state_and_paging_both_directions(store, ledger):
     # State filter, one or several states.
     assert {f.state for f in store.history_fires(a.id, trigger_id=t1.id, states=["expired"])} == {"expired"}
     assert len(store.history_fires(a.id, trigger_id=t1.id, states=["expired", "delivered"])) == 10
-    # A filtered page still carries each fire's attempts (looked up fire by fire).
+    # A filtered page still carries each fire's attempts (looked up by key, in one statement).
     filtered = store.history_fires(a.id, trigger_id=t1.id, states=["delivered"], from_us=first + 3 * M)
     assert len(filtered) == 7 and all(len(f.attempt_list) == 1 for f in filtered)
     assert filtered[0].attempt_list[0].finished_us - filtered[0].attempt_list[0].started_us == 2000
+    from test_hardening_console import QueryCounter  # the statement count does not grow with the page
+
+    counter = QueryCounter(store)
+    costs = [counter.during(lambda lo=lo: store.history_fires(a.id, trigger_id=t1.id, states=["delivered"],
+                                                                from_us=first + lo * M)) for lo in (8, 3)]
+    assert costs[0] == costs[1], costs   # 2 and 7 attempted fires on the page
     with pytest.raises(ValueError, match="unknown fire state"):
         store.history_fires(a.id, trigger_id=t1.id, states=["exploded"])
     # Keyset pages, ascending and descending, cover everything exactly once.

@@ -8,7 +8,7 @@ import pytest
 from fireledger.domain.keys import new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Principal
 from fireledger.security.auditlog import verify_chain
-from fireledger.store.trust import GENESIS_HASH, chain_hash
+from fireledger.store.trust import GENESIS_HASH, chain_mac
 from storekit import T0, add_target, add_tenant, add_trigger, open_store
 
 S = 1_000_000
@@ -32,8 +32,8 @@ def test_audit_rows_chain_from_genesis_and_the_head_follows(store):
     a = store.append_audit("tn_a", "pr_1", "target.create", T0, None, {"url": "https://x.example"})
     b = store.append_audit(None, "operator", "tenant.delete", T0 + 1, {"x": [1, 2]}, None)
     assert (a.seq, b.seq) == (1, 2) and a.prev_hash == GENESIS_HASH and b.prev_hash == a.hash
-    assert a.hash == chain_hash(1, "tn_a", "pr_1", "target.create", T0, None, '{"url":"https://x.example"}',
-                                GENESIS_HASH)
+    assert a.hash == chain_mac(store.audit_key, 1, "tn_a", "pr_1", "target.create", T0, None,
+                               '{"url":"https://x.example"}', GENESIS_HASH)   # keyed (decision 0090)
     assert store.audit_head() == (2, b.hash)
     assert [r.seq for r in store.audit_rows()] == [1, 2]
     assert [r.seq for r in store.audit_rows(tenant_id="tn_a")] == [1]

@@ -33,10 +33,12 @@ def _tamper(store: SqlStore, *statements: str) -> None:
     """Run SQL as someone with full database rights: the append-only triggers are dropped first."""
     with store.engine.write() as c:
         if store.engine_name == "sqlite":
-            c.execute("DROP TRIGGER IF EXISTS audit_no_update")
-            c.execute("DROP TRIGGER IF EXISTS audit_no_delete")
+            for trigger in ("audit_no_update", "audit_no_delete", "audit_insert_at_head", "audit_head_advances",
+                            "audit_head_no_delete"):
+                c.execute(f"DROP TRIGGER IF EXISTS {trigger}")
         else:
             c.execute("ALTER TABLE audit DISABLE TRIGGER USER")
+            c.execute("ALTER TABLE audit_head DISABLE TRIGGER USER")
         for sql in statements:
             c.execute(sql)
 

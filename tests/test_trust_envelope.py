@@ -18,6 +18,7 @@ from fireledger.security.envelope import (
     PayloadCipher,
     PayloadUnreadable,
     cipher_for,
+    create_kek,
     kek_file_path,
     load_kek,
     open_job_payload,
@@ -50,7 +51,8 @@ def test_seal_and_open_bind_tenant_trigger_and_version(store):
     tampered = blob[:-1] + bytes([blob[-1] ^ 1])
     with pytest.raises(PayloadUnreadable, match="does not authenticate"):
         c.open(a.id, "tr_1", 2, tampered)
-    assert c.open(a.id, "tr_1", 2, b'{"legacy":1}') == b'{"legacy":1}'    # stored before encryption
+    with pytest.raises(PayloadUnreadable, match="not sealed"):              # no plaintext ("legacy") path
+        c.open(a.id, "tr_1", 2, b'{"legacy":1}')
 
 
 def test_one_data_key_per_tenant_wrapped_by_the_kek(store):
@@ -84,17 +86,21 @@ def test_after_tenant_deletion_the_ciphertext_cannot_be_decrypted(store):
 
 def test_attempt_runner_opens_the_job_payload(store):
     a = add_tenant(store)
-    tg = add_target(store, a)
     c = cipher_for(store)
     c._kek = KEK
+    tg = add_target(store, a)
+    tg = store.get_target(a.id, tg.id)                      # as stored: its secret sealed
+    assert tg is not None and tg.secret.startswith("flsec1.")
     fire = Fire(a.id, "tr_9", T0, 0, 3, "scheduled", "on-time", "dispatching", None, T0, "n", T0, None, "2026f",
                 1, None)
     job = DispatchJob(fire, 1, tg, c.seal(a.id, "tr_9", 3, SENTINEL), Policies(), "d", T0)
-    assert asyncio.run(open_job_payload(store, job)).payload == SENTINEL
+    opened = asyncio.run(open_job_payload(store, job))
+    assert opened.payload == SENTINEL and opened.target.secret.startswith("whsec_")   # both opened
     c.forget()
     assert asyncio.run(open_job_payload(store, job)).payload == SENTINEL   # key read off the loop
     plain = replace(job, payload=b"{}")
-    assert asyncio.run(open_job_payload(store, plain)) is plain
+    with pytest.raises(PayloadUnreadable, match="not sealed"):              # refused, never sent as is
+        asyncio.run(open_job_payload(store, plain))
     delete_tenant(store, a.id, "operator", T0)
     with pytest.raises(PayloadUnreadable):
         asyncio.run(open_job_payload(store, job))
@@ -103,11 +109,16 @@ def test_attempt_runner_opens_the_job_payload(store):
 def test_kek_sources(store, tmp_path, monkeypatch):
     monkeypatch.delenv("FIRELEDGER_KEK", raising=False)
     monkeypatch.delenv("FIRELEDGER_KEK_FILE", raising=False)
+    monkeypatch.setenv("FIRELEDGER_STATE_DIR", str(tmp_path / "state"))
     path = kek_file_path(store)
-    assert path.name == "store-kek.key" and path.parent == tmp_path
+    assert path == tmp_path / "state" / "kek.key"                         # the state directory, never beside the db
+    with pytest.raises(KekError, match="fireledger init"):                # never created silently
+        load_kek(store)
+    (tmp_path / "state").mkdir(mode=0o700)
+    assert create_kek(path) and not create_kek(path)                       # `fireledger init`: once
     key = load_kek(store)
     assert len(key) == 32 and stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert load_kek(store) == key                                        # created once, then read
+    assert load_kek(store) == key
     monkeypatch.setenv("FIRELEDGER_KEK", base64.b64encode(KEK).decode())
     assert load_kek(store) == KEK
     monkeypatch.setenv("FIRELEDGER_KEK", KEK.hex())
@@ -119,6 +130,6 @@ def test_kek_sources(store, tmp_path, monkeypatch):
     monkeypatch.delenv("FIRELEDGER_KEK")
     named = tmp_path / "named.key"
     monkeypatch.setenv("FIRELEDGER_KEK_FILE", str(named))
-    with pytest.raises(KekError, match="no key-encryption key file"):
-        load_kek(store, create=False)
-    assert load_kek(store) != key and named.exists()
+    with pytest.raises(KekError, match="no key-encryption key"):
+        load_kek(store)
+    assert not named.exists()

@@ -96,7 +96,7 @@ def _body(method: str, path: str, names: dict[str, str]) -> Any:
         "/v1/triggers/{trigger_id}/backfill": {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z"},
         "/v1/queues/{target_id}/pull": {"max": 1},
         "/v1/queues/{target_id}/ack": {"fire_keys": [names["fire"]]},
-        "/v1/fires/{key}/outcome": {"outcome": "succeeded"},
+        "/v1/fires/{key}/outcome": {"fire_key": names["fire"], "outcome": "succeeded"},
     }
     return bodies.get(path, {})
 

@@ -159,7 +159,7 @@ def test_horizon_extension_by_an_author_is_refused_and_audited_and_the_policy_ro
     rows = owner.get("/v1/audit", params={"limit": 1000}).json()["items"][-3:]
     assert [r["action"] for r in rows] == ["denied"] * 3
     assert rows[0]["new"] == {"request": f"PATCH /v1/triggers/{t['id']}", "missing_role": "policy",
-                              "fields": ["catchup_horizon"]}
+                              "fields": ["catchup_horizon"], "count": 1}
     assert rows[1]["new"]["fields"] == ["catchup_horizon"] and rows[2]["new"]["missing_role"] == "policy"
 
     r = sessions["policy"].patch(f"/v1/triggers/{t['id']}/policy", json={"catchup_horizon": "24h",

@@ -20,7 +20,7 @@ from fireledger.clock import SystemClock
 from fireledger.dispatch.http import HttpRequest, HttpSender
 from fireledger.dispatch.runner import Dispatcher
 from fireledger.security.egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
-from fireledger.security.targets import VERIFICATION_TTL_S, fetch_challenge, forget_cached
+from fireledger.security.targets import VERIFICATION_TTL_S, expected_response, fetch_challenge, forget_cached
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
@@ -67,7 +67,7 @@ def test_unverified_target_is_refused_at_write_time_until_the_challenge_is_serve
     assert v["state"] == "failed" and "HTTP 404" in v["error"] and v["expires_at"] is None
     assert_problem(s.post("/v1/triggers", json=_trigger_body(tg["id"])), 422, "target_id")
 
-    sink.add_challenge(tg["verification"]["token"])
+    sink.add_challenge(tg["verification"]["token"], tg["verification"]["response"])
     ok = s.post(f"/v1/targets/{tg['id']}/verify").json()["verification"]
     assert ok["state"] == "verified" and ok["error"] is None
     assert ok["verified_at"] == "2026-03-27T12:00:00Z" and ok["expires_at"] == "2026-04-26T12:00:00Z"
@@ -82,8 +82,9 @@ def test_unverified_target_is_refused_at_write_time_until_the_challenge_is_serve
     assert actions.count("target.verify") == 2
 
 
-def test_challenge_must_answer_exactly_the_token_without_redirects(sink: SinkServer):
+def test_challenge_must_answer_exactly_the_response_without_redirects(sink: SinkServer):
     token = "tok-" + "x" * 20
+    response = expected_response(b"k" * 32, token, "tg_1")
     policy = EgressPolicy(allow_private=True)
 
     async def run(app: web.Application) -> str | None:
@@ -93,7 +94,8 @@ def test_challenge_must_answer_exactly_the_token_without_redirects(sink: SinkSer
         await site.start()
         port = runner.addresses[0][1]
         try:
-            return await fetch_challenge(f"http://127.0.0.1:{port}/hook", token, policy, timeout_s=5)
+            return await fetch_challenge(f"http://127.0.0.1:{port}/hook", token, policy, expected=response,
+                                         timeout_s=5)
         finally:
             await runner.cleanup()
 
@@ -103,24 +105,25 @@ def test_challenge_must_answer_exactly_the_token_without_redirects(sink: SinkSer
         return a
 
     async def wrong(_r: web.Request) -> web.Response:
-        return web.Response(text="not-the-token")
+        return web.Response(text=token)   # the token alone (what an echoing origin can answer)
 
     async def redirect(_r: web.Request) -> web.Response:
         raise web.HTTPFound(f"{sink.base_url}/.well-known/fireledger-verification/{token}")
 
     async def huge(_r: web.Request) -> web.Response:
-        return web.Response(text=token + " " * 5000)
+        return web.Response(text=response + " " * 5000)
 
     async def right(_r: web.Request) -> web.Response:
-        return web.Response(text=token + "\n")
+        return web.Response(text=response + "\n")
 
-    sink.add_challenge(token)   # the redirect would land on a page that does answer: not followed
-    assert "does not answer the verification token" in asyncio.run(run(app_answering(wrong)))
+    sink.add_challenge(token, response)   # the redirect would land on a page that does answer: not followed
+    assert "does not answer the verification response" in asyncio.run(run(app_answering(wrong)))
     assert "redirects are not followed" in asyncio.run(run(app_answering(redirect)))
     assert "more than 1024 bytes" in asyncio.run(run(app_answering(huge)))
     assert asyncio.run(run(app_answering(right))) is None
     # Loopback is refused by the guard unless the operator allows it (no connection is made).
-    refused = asyncio.run(fetch_challenge(f"{sink.base_url}/hook", token, EgressPolicy(allow_private=False)))
+    refused = asyncio.run(fetch_challenge(f"{sink.base_url}/hook", token, EgressPolicy(allow_private=False),
+                                          expected=response))
     assert refused is not None and refused.startswith("egress refused: 127.0.0.1") and "loopback" in refused
 
 

@@ -209,7 +209,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
 
         tg = call("POST", "/v1/targets", {"kind": "http", "url": f"{sink.base_url}/hook"}, ok=201)
         sink.add_secret(tg["secret"])
-        sink.add_challenge(tg["verification"]["token"])
+        sink.add_challenge(tg["verification"]["token"], tg["verification"]["response"])
         if call("POST", f"/v1/targets/{tg['id']}/verify")["verification"]["state"] != "verified":
             raise RuntimeError("the target's ownership was not verified")
         tr = call("POST", "/v1/triggers", {"name": "every minute", "schedule": {"every": "60s"},

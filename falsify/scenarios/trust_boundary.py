@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import tempfile
 import time
@@ -66,7 +65,7 @@ def _setup(svc: Any, sink: Any, paths: list[str]) -> tuple[RecordingApi, list[di
 
 def payload_sentinel(run_s: float) -> dict[str, Any]:
     from e2e import Service, cli, wait_until
-    from fireledger.security.envelope import PayloadCipher, PayloadUnreadable
+    from fireledger.security.envelope import PayloadCipher, PayloadUnreadable, load_kek
     from fireledger.store import SqlStore
     from sink import SinkServer
 
@@ -156,7 +155,7 @@ def payload_sentinel(run_s: float) -> dict[str, Any]:
                 "SELECT tenant_id, trigger_id, version, payload FROM trigger_versions WHERE trigger_id = ?",
                 (ids["good"],)).fetchone()
             tenant_id, blob = row[0], bytes(row[3])
-            kek = base64.b64decode((work / "fireledger-kek.key").read_text())   # the service's KEK file
+            kek = load_kek()   # the service's KEK: the run's state directory (falsify/run.py)
             if PayloadCipher(store, kek).open(tenant_id, row[1], row[2], blob) != json.dumps(
                     payload, separators=(",", ":")).encode():
                 failures.append("the stored ciphertext did not open before deletion")
@@ -237,6 +236,23 @@ def unverified_target_refused() -> dict[str, Any]:
             "refused_at_dispatch": len(got), "example_cause": got[0]["cause"] if got else None}
 
 
+def _rechain_unkeyed(c: Any, from_seq: int) -> None:
+    """A database writer without the audit key: edit a row, recompute every link from it with the
+    unkeyed SHA-256 (as the code before migration 0011 did) and move the head to match."""
+    from fireledger.store.trust import chain_hash
+
+    c.execute("UPDATE audit SET actor = 'mallory' WHERE seq = ?", (from_seq,))
+    rows = c.execute("SELECT seq, tenant_id, actor, action, at_us, prior, new, prev_hash FROM audit "
+                     "WHERE seq >= ? ORDER BY seq", (from_seq,)).fetchall()
+    prev = rows[0][7]
+    for r in rows:
+        h = chain_hash(r[0], r[1], r[2], r[3], r[4], r[5], r[6], prev)
+        c.execute("UPDATE audit SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, h, r[0]))
+        prev = h
+    c.execute("DROP TRIGGER IF EXISTS audit_head_advances")
+    c.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (rows[-1][0], prev))
+
+
 def audit_tamper() -> dict[str, Any]:
     from e2e import cli
     from fireledger.control.tenants import create_tenant
@@ -263,11 +279,16 @@ def audit_tamper() -> dict[str, Any]:
     import shutil
     import sqlite3
 
+    cases["rechain-unkeyed"] = ("", "row 3")   # edit row 3, recompute links and head the pre-0011 way
     for name, (sql, row) in cases.items():
         copy = work / f"{name}.db"
         shutil.copy(work / "fl.db", copy)
         with sqlite3.connect(copy) as c:
-            c.executescript(sql)
+            if sql:
+                c.executescript(sql)
+            else:
+                _rechain_unkeyed(c, from_seq=3)
+        # the copy's chain is keyed by the service's KEK (the run's state directory, inherited)
         out = cli("audit", "verify", "--db", f"sqlite:///{copy}", check=False)
         named = out.returncode == 1 and row in out.stderr
         results[name] = out.stderr.strip()

@@ -28,6 +28,7 @@ from fireledger.recurrence import (
     preview,
 )
 from fireledger.security import commands as _trust_commands
+from fireledger.statedir import default_db_url
 
 app = typer.Typer(
     name="fireledger",
@@ -117,7 +118,7 @@ def preview_cmd(
 
 
 DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
-DEFAULT_DB = "sqlite:///./fireledger.db"
+DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledger.statedir)
 
 
 def _roles_command(roles: tuple[str, ...], db: str, listen: str | None) -> None:
@@ -244,6 +245,11 @@ _register_dispatch(tenant_app)
 from fireledger.cli_backfill import register as _register_backfill  # noqa: E402
 
 _register_backfill(app)
+
+# The state directory and the signing key ring (fireledger init, fireledger keys show|stage|rotate|prune).
+from fireledger.cli_keys import register as _register_keys  # noqa: E402
+
+_register_keys(app)
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ that batch in one short transaction. Live fires (pending / dispatching / held) a
 ``retention_loop`` runs it in the control plane on its own thread and connection every hour with the
 cutoff ``now − FIRELEDGER_HISTORY_RETENTION_DAYS`` (default 90), writing one archive file per pass
 into ``FIRELEDGER_HISTORY_ARCHIVE_DIR`` (default: a folder beside the SQLite file, else
-``./fireledger-archive``). The operator commands ``fireledger history export|purge`` use the same code.
+``archive`` in the state directory — never the working directory). The operator commands
+``fireledger history export|purge`` use the same code.
 """
 
 from __future__ import annotations
@@ -76,7 +77,14 @@ def archive_dir_for(store: Any) -> Path:
     if explicit:
         return Path(explicit)
     path = getattr(store.engine, "path", None)
-    return Path(path).with_name("fireledger-archive") if path else Path("./fireledger-archive")
+    if path:
+        return Path(path).with_name("fireledger-archive")
+    from fireledger.statedir import StateDirError, ensure_state_dir, state_dir
+
+    try:
+        return ensure_state_dir() / "archive"   # the directory is made 0700 first, not by mkdir(parents)
+    except StateDirError:
+        return state_dir() / "archive"
 
 
 def run_once(store: Any, clock: Clock, days: int, archive_dir: Path) -> tuple[int, int]:

@@ -14,14 +14,13 @@ import secrets
 import signal
 import socket
 from collections.abc import Sequence
-from pathlib import Path
 
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.retention import retention_loop
-from fireledger.security.envelope import cipher_for
+from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
 from fireledger.store import SqlStore
 from fireledger.store.engine import SqliteEngine
@@ -29,16 +28,34 @@ from fireledger.store.engine import SqliteEngine
 log = logging.getLogger("fireledger.service")
 
 
-def keyring_path(store: SqlStore) -> str:
-    """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING``, else beside the SQLite file,
-    else ``./fireledger-keys.json``. Every dispatch and control process must see the same file."""
+def keyring_path(store: SqlStore | None = None) -> str:
+    """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING``, else ``keys.json`` in the state
+    directory (:mod:`fireledger.statedir`; never the working directory). Every dispatch and control
+    process must see the same file."""
+    from fireledger.statedir import state_dir
+
     explicit = os.environ.get("FIRELEDGER_KEYRING")
     if explicit:
         return explicit
-    path = getattr(store.engine, "path", None)
-    if path:
-        return str(Path(path).with_name(Path(path).stem + "-keys.json"))
-    return "./fireledger-keys.json"
+    return str(state_dir() / "keys.json")
+
+
+def open_keyring(store: SqlStore | None = None) -> KeyRingFile:
+    """The key ring of this deployment, checked: the state directory must not be open to group or
+    others, nor the ring file (``ValueError`` naming the file and the ``chmod`` that fixes it). A
+    missing ring is created (mode 0600): a new signing key loses nothing, receivers refetch the JWKS."""
+    from fireledger.statedir import StateDirError, ensure_state_dir, is_in_state_dir, private_file_problem
+
+    path = keyring_path(store)
+    if is_in_state_dir(path):
+        try:
+            ensure_state_dir()
+        except StateDirError as exc:
+            raise ValueError(str(exc)) from None
+    problem = private_file_problem(path, "key ring")
+    if problem is not None:
+        raise ValueError(problem)
+    return KeyRingFile(path)
 
 
 def dispatch_processes(env: dict[str, str] | None = None) -> int:
@@ -87,6 +104,26 @@ def node_id(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def trusted_proxies(env: dict[str, str] | None = None) -> list[str]:
+    """``FIRELEDGER_TRUSTED_PROXIES``: comma-separated addresses or networks of reverse proxies
+    whose ``X-Forwarded-Proto``/``X-Forwarded-For`` the control plane believes (empty: none; the
+    scheme is then the connection's own). A malformed entry raises ``ValueError`` naming it."""
+    import ipaddress
+
+    raw = (env if env is not None else os.environ).get("FIRELEDGER_TRUSTED_PROXIES", "")
+    out = []
+    for item in (p.strip() for p in raw.split(",")):
+        if not item:
+            continue
+        try:
+            ipaddress.ip_network(item)   # strict, as uvicorn parses it: 10.0.0.0/8, not 10.0.0.1/8
+        except ValueError:
+            raise ValueError(f"FIRELEDGER_TRUSTED_PROXIES: {item!r} is not an IP address or network "
+                             "(host bits must be zero)") from None
+        out.append(item)
+    return out
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -94,7 +131,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None) -> None:
+async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
+               keys: KeyRingFile | None = None) -> None:
     import uvloop  # noqa: F401  (the policy is installed by the caller)
 
     from fireledger.timing import TimingNode
@@ -113,7 +151,8 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     tasks: list[asyncio.Task[None]] = []
     dispatcher = None
     timing = None
-    keys = KeyRingFile(keyring_path(store))
+    if keys is None and {"control", "dispatch"} & set(roles):
+        keys = open_keyring(store)
     issuer = os.environ.get("FIRELEDGER_ISSUER") or f"http://{listen or '127.0.0.1:8080'}"
     if "dispatch" in roles:
         from fireledger.dispatch.runner import Dispatcher  # imported only where it runs (startup time)
@@ -138,8 +177,10 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
                 loop.call_soon_threadsafe(timing.wake)
         app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
+        trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (decision 0084)
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                               access_log=False, lifespan="off"))
+                                               access_log=False, lifespan="off", proxy_headers=bool(trusted),
+                                               forwarded_allow_ips=trusted or None))
         tasks.append(asyncio.create_task(server.serve(), name="control"))
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
@@ -171,6 +212,8 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     if server is not None:
         server.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
+    if server is not None:
+        await asyncio.to_thread(app.state.denials.close)   # refusals counted, not yet written (0091)
     waiter.cancel()
     if purge is not None:
         purge.cancel()
@@ -185,14 +228,27 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
     from fireledger.observe.logs import setup
 
     setup(os.environ.get("FIRELEDGER_LOG_LEVEL", "info"))
+    from fireledger.statedir import legacy_store_problem
+
+    problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
+    if problem is not None:
+        raise ValueError(problem)
     store = SqlStore.open(db)
     if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
         store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
     try:
+        keys = None
         if {"control", "dispatch"} & set(roles):
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
+            keys = open_keyring(store)       # refuse a key ring group/others may read (one line, exit 2)
+            seal_stored_secrets(store)       # target secrets written in plaintext by an earlier release
         if "dispatch" in roles:
             dispatch_processes()   # a bad value stops the process before anything starts
-        uvloop.run(_run(store, roles, listen, db))
+        if "control" in roles:   # malformed FIRELEDGER_TRUSTED_PROXIES / FIRELEDGER_PUBLIC_URL stop the start
+            from fireledger.control.console import public_url_from_env
+
+            trusted_proxies()
+            public_url_from_env()
+        uvloop.run(_run(store, roles, listen, db, keys))
     finally:
         store.close()

@@ -58,7 +58,9 @@ from fireledger.store import SqlStore
 
 from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
 from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
+from .bodylimit import API_BODY_BYTES, BodyLimitMiddleware
 from .context import ApiContext
+from .denials import DenialLedger
 from .dryrun import miss_threshold_us
 from .dryrun import router as dryrun_router
 from .problems import PROBLEM_JSON, ProblemError, invalid, problem
@@ -67,14 +69,18 @@ from .urls import private_targets_allowed_by_env
 
 log = logging.getLogger("fireledger.control")
 
-#: Largest request body accepted (a trigger's payload is capped at 64 KiB; this bounds parsing).
-MAX_BODY_BYTES = 1024 * 1024
+#: Largest request body accepted under ``/v1`` (enforced for every route by :mod:`.bodylimit`).
+MAX_BODY_BYTES = API_BODY_BYTES
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
 def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
-               allow_private_targets: bool | None = None, keys: Any = None) -> FastAPI:
+               allow_private_targets: bool | None = None, keys: Any = None,
+               metrics_cache_s: float | None = None) -> FastAPI:
     """Build the control API over ``store``, stamping instants from ``clock``.
+
+    ``metrics_cache_s``: how long ``/metrics`` reuses the store's answers (default
+    :data:`~fireledger.observe.metrics.STORE_METRICS_TTL_S`; 0 reads the store every scrape).
 
     ``on_definition_change`` is called after every committed trigger change (the embedded timing
     loop wakes at once). ``allow_private_targets`` defaults to ``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``.
@@ -93,6 +99,7 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         redoc_url=None,
     )
     app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets)
+    app.state.denials = DenialLedger(store, app.state.fireledger.now_us)   # bounded refusal audit (0091)
 
     @app.exception_handler(ProblemError)
     async def _problem(request: Request, exc: ProblemError) -> Any:
@@ -118,9 +125,10 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    from fireledger.observe.metrics import StoreCollector
+    from fireledger.observe.metrics import STORE_METRICS_TTL_S, StoreCollector
 
-    store_metrics = StoreCollector(store, clock).registry()
+    store_metrics = StoreCollector(store, clock, ttl_s=STORE_METRICS_TTL_S if metrics_cache_s is None
+                                   else metrics_cache_s).registry()
     from fireledger.backfill import max_fires_from_env
     from fireledger.observe.smearing import SmearingCollector
 
@@ -158,6 +166,7 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     console.mount(app)
     apply_surfaces(app)  # OpenAPI tags: management, policy, privileged, history (auth.surface_of)
     app.add_middleware(GuardMiddleware, store=store)
+    app.add_middleware(BodyLimitMiddleware)   # outermost: one streaming body cap for every route (413)
     return app
 
 
@@ -226,7 +235,8 @@ class GuardMiddleware:
     """Outermost guard for the API (pure ASGI).
 
     * ``/v1/*``: authenticates the bearer token *before* routing (401 for anything unauthenticated,
-      whatever the path or body), bounds the request body (413) and requires JSON bodies (415).
+      whatever the path) and requires JSON bodies (415). The body was already bounded by
+      :class:`~fireledger.control.bodylimit.BodyLimitMiddleware` (413), which runs first.
     * Everywhere: an unexpected exception becomes a generic 500 problem. The log line carries the
       exception type and stack frames only — no message, no request data — so a payload can never
       reach the logs through an error.
@@ -272,25 +282,18 @@ class GuardMiddleware:
             return unauthorized(), receive
         principal = await anyio.to_thread.run_sync(self.store.principal_by_token_hash, hash_token(token))
         if principal is None:
+            await audit.record_invalid_token(scope)   # counted per process, bounded (decision 0091)
             return unauthorized("the bearer token is not valid"), receive
         scope.setdefault("state", {})["principal"] = principal
 
-        # Buffer the body (bounded), then replay it to the app.
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            return _too_large(), receive
+        # Read the body (already bounded by BodyLimitMiddleware), then replay it to the app.
         chunks: list[bytes] = []
-        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 chunks = []
                 break
-            body = message.get("body", b"")
-            size += len(body)
-            if size > MAX_BODY_BYTES:
-                return _too_large(), receive
-            chunks.append(body)
+            chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
         data = b"".join(chunks)
@@ -309,11 +312,6 @@ class GuardMiddleware:
             return await receive()
 
         return None, replay
-
-
-def _too_large() -> ProblemError:
-    return ProblemError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes",
-                        slug="body-too-large")
 
 
 __all__ = ["MAX_BODY_BYTES", "PROBLEM_JSON", "GuardMiddleware", "create_app", "validation_problem"]

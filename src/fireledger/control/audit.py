@@ -4,8 +4,11 @@ helpers the API uses to audit acts it performs outside the trust store mixin.
 What is audited (actor = principal id, or ``operator`` / ``system:*``; time; prior and new value):
 tenant creation and deletion, principal creation and revocation, target creation, verification and
 deletion, policy changes of a trigger (the policy fields before and after), and every refusal for a
-missing role (``denied``: the request line, the missing role and, for policy fields, which fields).
-Audit values never contain payloads, secrets or tokens.
+missing role or for a bearer token that is not valid (``denied``: the request line, the missing role
+and, for policy fields, which fields; ``count`` refusals per row). Refusals are accounted per principal
+and window, a bounded number written one by one and the rest as one summary row with their count
+(:mod:`fireledger.control.denials`, decision 0091). Audit values never contain payloads, secrets or
+tokens.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from fireledger.recurrence import format_instant
 
 from .auth import Forbidden, require
 from .context import ApiContext, get_ctx
+from .denials import DenialLedger
 from .problems import invalid
 from .schemas import Problem
 from .views import id_cursor, parse_id_cursor, policy_fields
@@ -70,20 +74,45 @@ def list_audit(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Quer
     return {"items": items, "next": id_cursor(str(page[-1].seq)) if len(rows) > limit else None}
 
 
+def denial_ledger(app_state: Any) -> DenialLedger | None:
+    """The app's :class:`~fireledger.control.denials.DenialLedger` (created by ``create_app``)."""
+    ledger = getattr(app_state, "denials", None)
+    return ledger if isinstance(ledger, DenialLedger) else None
+
+
+async def _account(ledger: DenialLedger, tenant_id: str | None, actor: str, reason: str, new: dict[str, Any],
+                   breakdown: str) -> None:
+    rows = ledger.note(tenant_id, actor, reason, new, breakdown)
+    if rows:   # most refusals of a flood are only counted: no store write, no thread
+        await anyio.to_thread.run_sync(ledger.write, rows)
+
+
 async def record_denial(request: Request, exc: Forbidden) -> None:
-    """Audit a refusal for a missing role (called by the app's problem handler before answering).
-    A failure to write is logged (type only) and does not change the refusal."""
+    """Audit a refusal for a missing role (called by the app's problem handler before answering),
+    bounded per principal (decision 0091). A failure to write is logged and does not change the refusal."""
     principal = getattr(request.state, "principal", None)
-    ctx: ApiContext | None = getattr(request.app.state, "fireledger", None)
-    if not isinstance(principal, Principal) or ctx is None:
+    ledger = denial_ledger(request.app.state)
+    if not isinstance(principal, Principal) or ledger is None:
         return
     line = f"{request.method} {request.url.path}"[:300]
     new = {"request": line, "missing_role": exc.role, **exc.context}
-    try:
-        await anyio.to_thread.run_sync(ctx.store.append_audit, principal.tenant_id, principal.id, "denied",
-                                       ctx.now_us(), None, new)
-    except Exception as err:  # the refusal stands; the failure to audit it is loud
-        log.error("could not audit a denied request: %s", type(err).__name__)
+    route = getattr(request.scope.get("route"), "path", None) or "unrouted"
+    await _account(ledger, principal.tenant_id, principal.id, f"role:{exc.role}", new,
+                   f"{request.method} {route}"[:300])
+
+
+async def record_invalid_token(scope: Any) -> None:
+    """Audit a request whose bearer token is not valid (unknown or revoked), before its 401: actor
+    ``anonymous``, no tenant, the request line and the client address; one key for the whole process,
+    so no client can write more than the bound (decision 0091)."""
+    app = scope.get("app")
+    ledger = denial_ledger(getattr(app, "state", None))
+    if ledger is None:
+        return
+    client = scope.get("client") or ("unknown", 0)
+    line = f"{scope.get('method', '?')} {scope.get('path', '')}"[:300]
+    new = {"request": line, "reason": "invalid-token", "source": str(client[0])[:100]}
+    await _account(ledger, None, "anonymous", "invalid-token", new, "invalid-token")
 
 
 def _policy_values(p: Policies) -> dict[str, Any]:
@@ -102,4 +131,4 @@ def record_policy_change(ctx: ApiContext, principal: Principal, trigger_id: str,
     ctx.store.append_audit(principal.tenant_id, principal.id, "trigger.policy", now_us, before, after)
 
 
-__all__ = ["record_denial", "record_policy_change", "router"]
+__all__ = ["denial_ledger", "record_denial", "record_invalid_token", "record_policy_change", "router"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 
@@ -17,6 +18,8 @@ class ApiContext:
     clock: Clock
     on_definition_change: Callable[[], None]
     allow_private_targets: bool
+    #: Replaces the system resolver for ownership challenges (under the egress guard); None: system.
+    resolver: Any = None
 
     def now_us(self) -> int:
         """The instant stamped on created/updated records and used as "now" for schedules: the

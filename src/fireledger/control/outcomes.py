@@ -1,12 +1,15 @@
 """Work outcomes: ``POST /v1/fires/{key}/outcome`` (a signed callback) and ``GET`` to read it.
 
 A target reports what became of the work a fire started — ``succeeded`` or ``failed`` — by POSTing
-``{"outcome": "succeeded"}`` to ``/v1/fires/{key}/outcome``, signed per Standard Webhooks v1 with the
-secret of the target the fire was dispatched to (``webhook-id``, ``webhook-timestamp``,
-``webhook-signature``; ``fireledger.dispatch.signing.sign`` or any Standard Webhooks library). The
-signature *is* the authentication: no bearer token is needed (the guard middleware lets exactly this
-route through), and it proves the sender holds that target's secret, so one tenant can never report
-on another's fires.
+``{"fire_key": "<key>", "outcome": "succeeded"}`` to ``/v1/fires/{key}/outcome``, signed per Standard
+Webhooks v1 with the secret of the target the fire was dispatched to (``webhook-id``,
+``webhook-timestamp``, ``webhook-signature``; :func:`callback` builds body and headers, or any
+Standard Webhooks library). The signature *is* the authentication: no bearer token is needed (the
+guard middleware lets exactly this route through), and it proves the sender holds that target's
+secret, so one tenant can never report on another's fires. The body's ``fire_key`` (required, under
+the signature) must equal the key in the path: a signed callback for one fire cannot be replayed
+against another fire of the same target. Callbacks for a fire whose target or tenant was deleted
+are refused (409).
 
 Replay window: the ``webhook-timestamp`` must be within :data:`REPLAY_WINDOW_S` of the server's clock
 (a stale callback is refused 401), and a ``webhook-id`` is accepted once per target within the window
@@ -18,8 +21,9 @@ check reads these rows.
 or ``unknown``.
 
 Answers: 201 recorded · 200 already recorded (same outcome) · 401 signature missing, wrong or
-stale · 404 no such fire · 409 replayed ``webhook-id``, a different outcome already recorded, or a
-fire never dispatched · 413 body over 64 KiB · 422 body not ``{"outcome": "succeeded"|"failed"}``.
+stale · 404 no such fire · 409 replayed ``webhook-id``, a different outcome already recorded, a
+fire never dispatched, or its target or tenant deleted · 413 body over 64 KiB · 422 body not
+``{"fire_key": <the path's key>, "outcome": "succeeded"|"failed"}`` (the detail names the field).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fireledger.dispatch.signing import SignatureError, verify
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Principal
+from fireledger.security.envelope import PayloadUnreadable, open_secret
 from fireledger.store.dispatching import OutcomeRejected
 
 from .auth import require
+from .bodylimit import CALLBACK_BODY_BYTES
 from .context import ApiContext, get_ctx
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import Problem
@@ -48,8 +54,8 @@ router = APIRouter(prefix="/v1/fires", tags=["history"],
 #: How far a callback's ``webhook-timestamp`` may be from the server's clock, both ways; also how
 #: long a ``webhook-id`` is remembered.
 REPLAY_WINDOW_S = 300
-#: Largest callback body read.
-MAX_CALLBACK_BYTES = 64 * 1024
+#: Largest callback body read (enforced by :mod:`fireledger.control.bodylimit`, the one body cap).
+MAX_CALLBACK_BYTES = CALLBACK_BODY_BYTES
 #: The one route that authenticates by signature instead of a bearer token (for the guard).
 SIGNED_CALLBACK = re.compile(r"^/v1/fires/[^/]+/outcome$")
 
@@ -64,6 +70,9 @@ class OutcomeReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    fire_key: str = Field(max_length=300, description="The fire this outcome is about: must equal the key in "
+                                                       "the path (it is covered by the signature, which binds "
+                                                       "the callback to this one fire).")
     outcome: Literal["succeeded", "failed"] = Field(description="What became of the work this fire started.")
 
 
@@ -75,22 +84,9 @@ class OutcomeView(BaseModel):
 
 
 async def raw_body(request: Request) -> bytes:
-    """The exact request bytes (the signature covers them), at most :data:`MAX_CALLBACK_BYTES`."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_CALLBACK_BYTES:
-        raise _too_large()
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_CALLBACK_BYTES:
-            raise _too_large()
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large() -> ProblemError:
-    return ProblemError(413, f"the callback body is larger than {MAX_CALLBACK_BYTES} bytes", slug="body-too-large")
+    """The exact request bytes (the signature covers them). At most :data:`MAX_CALLBACK_BYTES`:
+    :mod:`fireledger.control.bodylimit` refuses a longer body (413) before this route runs."""
+    return await request.body()
 
 
 def _key(text: str) -> FireKey:
@@ -106,7 +102,7 @@ def _report(body: bytes) -> OutcomeReport:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise invalid([("body", "is not valid JSON")], status=400) from None
     if not isinstance(doc, dict):
-        raise invalid([("body", 'must be a JSON object: {"outcome": "succeeded" | "failed"}')])
+        raise invalid([("body", 'must be a JSON object: {"fire_key": …, "outcome": "succeeded" | "failed"}')])
     try:
         return OutcomeReport.model_validate(doc)
     except ValidationError as exc:
@@ -118,6 +114,12 @@ def _report(body: bytes) -> OutcomeReport:
 @router.post("/{key}/outcome", status_code=201, response_model=OutcomeView,
              responses={200: {"model": OutcomeView}, 401: {"model": Problem}, 409: {"model": Problem},
                         413: {"model": Problem}},
+             openapi_extra={"requestBody": {
+                 "required": True,
+                 "description": "Signed per Standard Webhooks v1 with the secret of the fire's target "
+                                "(webhook-id, webhook-timestamp, webhook-signature headers). fire_key must "
+                                "equal the key in the path.",
+                 "content": {"application/json": {"schema": OutcomeReport.model_json_schema()}}}},
              summary="Report a fire's work outcome (signed with the target's secret; no bearer token)")
 def report_outcome(key: str, request: Request, response: Response, body: bytes = Depends(raw_body),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
@@ -128,12 +130,28 @@ def report_outcome(key: str, request: Request, response: Response, body: bytes =
     fire, target = found
     now_us = ctx.clock.now().latest_us
     try:
-        verify(target.secret, request.headers, body, now=now_us / 1e6, tolerance_s=REPLAY_WINDOW_S)
+        secret = open_secret(ctx.store, target)   # stored sealed under the tenant's data key
+    except PayloadUnreadable:
+        raise ProblemError(401, "the callback cannot be verified: the target's signing secret is no longer "
+                                "readable (its tenant was deleted)", slug="unauthorized",
+                           title="Unauthorized") from None
+    try:
+        verify(secret, request.headers, body, now=now_us / 1e6, tolerance_s=REPLAY_WINDOW_S)
     except SignatureError as exc:
         raise ProblemError(401, f"the callback signature does not verify: {exc.reason} (sign it with the "
                                 "secret of the fire's target; timestamps must be within "
                                 f"{REPLAY_WINDOW_S}s)", slug="unauthorized", title="Unauthorized") from None
     report = _report(body)
+    try:
+        bound = FireKey.parse(report.fire_key)
+    except ValueError:
+        bound = None
+    if bound != fk:
+        raise invalid([("fire_key", "must equal the fire key in the path (the signed body names the fire "
+                                    "it reports on)")])
+    gone = _deleted(ctx, fire.tenant_id, target.id)
+    if gone is not None:
+        raise conflict(f"{gone}: its outcomes are no longer accepted")
     if fire.dispatched_us is None:
         raise conflict(f"the fire is {fire.state} and was never dispatched: no work can have run")
     msg_id = request.headers.get("webhook-id", "")
@@ -151,6 +169,26 @@ def report_outcome(key: str, request: Request, response: Response, body: bytes =
     return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}
 
 
+def _deleted(ctx: ApiContext, tenant_id: str, target_id: str) -> str | None:
+    """What was deleted of a fire's tenant and target (the tenant first), or None."""
+    tenant = ctx.store.tenant_state(tenant_id)
+    if tenant is None or tenant.get("deleted_us") is not None:
+        return "the fire's tenant was deleted"
+    trust = ctx.store.target_trust(target_id)
+    if trust is None or trust.deleted_us is not None:
+        return f"the fire's target {target_id} was deleted"
+    return None
+
+
+def callback(secret: str, fire_key: str, outcome: str, *, msg_id: str, timestamp: int) -> tuple[bytes, dict[str, str]]:
+    """``(body, headers)`` of an outcome callback for ``fire_key`` signed with the target's ``secret``
+    (Standard Webhooks v1): POST them to ``/v1/fires/{fire_key}/outcome``."""
+    from fireledger.dispatch.signing import build_headers
+
+    body = json.dumps({"fire_key": fire_key, "outcome": outcome}, separators=(",", ":")).encode()
+    return body, {**build_headers(secret, msg_id, timestamp, body), "content-type": "application/json"}
+
+
 @router.get("/{key}/outcome", response_model=OutcomeView, responses={401: {"model": Problem}},
             summary="A fire's work outcome: succeeded, failed, or unknown (none reported)")
 def get_outcome(key: str, principal: Principal = Depends(require("reader")),
@@ -164,4 +202,4 @@ def get_outcome(key: str, principal: Principal = Depends(require("reader")),
     return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}
 
 
-__all__ = ["MAX_CALLBACK_BYTES", "REPLAY_WINDOW_S", "SIGNED_CALLBACK", "is_signed_callback", "router"]
+__all__ = ["MAX_CALLBACK_BYTES", "REPLAY_WINDOW_S", "SIGNED_CALLBACK", "callback", "is_signed_callback", "router"]

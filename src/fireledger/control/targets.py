@@ -1,11 +1,13 @@
 """``/v1/targets``: where fires are delivered. A target is a privilege (invariant 12, seed ADR-14).
 
 A new ``http`` target is ``unverified``: no trigger may point at it until its origin proves
-ownership — serve the target's ``verification.token`` at
-``/.well-known/fireledger-verification/<token>`` on the target's origin, then
-``POST /v1/targets/{id}/verify`` (see :mod:`fireledger.security.targets`). Verification lasts 30 days;
-verify again to extend it. A failed or lapsed verification is also checked by the attempt runner,
-which then does not call the target (the fire is recorded ``failed`` with the cause).
+ownership — serve the target's ``verification.response`` (the exact body; it is not derivable from
+the request) at ``verification.challenge_path`` = ``/.well-known/fireledger-verification/<token>`` on
+the target's origin, then ``POST /v1/targets/{id}/verify`` (see :mod:`fireledger.security.targets`).
+Verification lasts 30 days; verify again to extend it. A failed or lapsed verification is also
+checked by the attempt runner, which then does not call the target (the fire is recorded ``failed``
+with the cause). A plain-http target with a host name is pinned to the addresses that answered its
+challenge (decision 0089). The URL must be ``https`` unless the operator allows private targets.
 
 Creating, verifying and deleting a target need the ``admin`` role and are audited.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from functools import partial
 from typing import Any
 
 import anyio
@@ -26,7 +29,13 @@ from fireledger.domain.keys import new_id
 from fireledger.domain.model import Principal, Target
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.limits import max_targets_per_tenant
-from fireledger.security.targets import VERIFICATION_TTL_S, WELL_KNOWN, fetch_challenge, forget_cached
+from fireledger.security.targets import (
+    VERIFICATION_TTL_S,
+    WELL_KNOWN,
+    forget_cached,
+    prove_ownership,
+    verification_response,
+)
 from fireledger.store.trust import TargetTrust
 
 from .auth import require
@@ -46,8 +55,16 @@ router = APIRouter(prefix="/v1/targets", tags=["management"],
 
 class VerificationView(BaseModel):
     state: str = Field(description="unverified, verified or failed.")
-    token: str = Field(description="Serve this at challenge_path on the target's origin, then verify.")
-    challenge_path: str
+    token: str = Field(description="Names the challenge: the last segment of challenge_path.")
+    challenge_path: str = Field(description="Where the target's origin serves `response`: "
+                                            "/.well-known/fireledger-verification/<token>.")
+    response: str = Field(description="The exact body to serve at challenge_path (status 200; surrounding "
+                                      "whitespace ignored), then POST /v1/targets/{id}/verify. It is "
+                                      "token + '.' + an HMAC under a deployment key, so it cannot be derived "
+                                      "from the request.")
+    addresses: list[str] | None = Field(
+        None, description="A plain-http target with a host name: the addresses that answered the challenge; "
+                          "attempts connect only to these (verify again after moving it). Null otherwise.")
     verified_at: str | None
     expires_at: str | None = Field(description="A trigger may use the target until then.")
     error: str | None = Field(description="Why the last verification failed.")
@@ -79,14 +96,17 @@ def new_signing_secret() -> str:
     return new_secret()
 
 
-def view(t: Target, trust: TargetTrust | None, *, secret: str | None = None) -> dict[str, Any]:
+def view(store: Any, t: Target, trust: TargetTrust | None, *, secret: str | None = None) -> dict[str, Any]:
     """A target as the API shows it (the secret only when given: the create response)."""
+    pinned = trust.pinned if trust else None
     out: dict[str, Any] = {
         "id": t.id, "kind": t.kind, "url": t.url,
         "verification": {
             "state": trust.state if trust else t.verification_state,
             "token": t.verification_token,
             "challenge_path": WELL_KNOWN + t.verification_token,
+            "response": verification_response(store, t.verification_token, t.id),
+            "addresses": sorted(pinned) if pinned is not None else None,
             "verified_at": instant(trust.verified_us) if trust else None,
             "expires_at": instant(trust.expires_us) if trust else None,
             "error": trust.error if trust else None,
@@ -137,7 +157,7 @@ def create_target(body: TargetCreate, response: Response, principal: Principal =
     )
     ctx.store.create_target_audited(target, principal.id)
     response.headers["Location"] = f"/v1/targets/{target.id}"
-    return view(target, None, secret=target.secret)
+    return view(ctx.store, target, None, secret=target.secret)
 
 
 @router.get("", response_model=TargetPageOut, summary="List targets (oldest id first, paged)")
@@ -147,7 +167,7 @@ def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Qu
     after = parse_id_cursor(cursor)
     rows = ctx.store.list_targets(principal.tenant_id, after=after, limit=limit + 1)
     page = rows[:limit]
-    return {"items": [view(t, ctx.store.target_trust(t.id)) for t in page],
+    return {"items": [view(ctx.store, t, ctx.store.target_trust(t.id)) for t in page],
             "next": id_cursor(page[-1].id) if len(rows) > limit else None}
 
 
@@ -157,7 +177,7 @@ def get_target(target_id: str, principal: Principal = Depends(require("reader"))
     t = ctx.store.get_target(principal.tenant_id, target_id)
     if t is None:
         raise not_found("target")
-    return view(t, ctx.store.target_trust(t.id))
+    return view(ctx.store, t, ctx.store.target_trust(t.id))
 
 
 @router.post("/{target_id}/verify", response_model=TargetOut,
@@ -170,20 +190,23 @@ async def verify_target(target_id: str, principal: Principal = Depends(require("
         raise not_found("target")
     if t.kind != "http" or not t.url:
         raise conflict(f"a {t.kind} target needs no verification")
-    cause = await fetch_challenge(t.url, t.verification_token,
-                                  EgressPolicy(allow_private=ctx.allow_private_targets))
+    expected = await anyio.to_thread.run_sync(verification_response, ctx.store, t.verification_token, t.id)
+    cause, addresses = await prove_ownership(t.url, t.verification_token, expected,
+                                             EgressPolicy(allow_private=ctx.allow_private_targets),
+                                             resolver=ctx.resolver)
     now_us = ctx.now_us()
     if cause is None:
         state, verified, expires = "verified", now_us, now_us + VERIFICATION_TTL_S * 1_000_000
     else:
         state, verified, expires = "failed", None, None
-    ok = await anyio.to_thread.run_sync(ctx.store.set_target_verification, principal.tenant_id, t.id, state,
-                                        verified, expires, cause, principal.id, now_us)
+    ok = await anyio.to_thread.run_sync(partial(ctx.store.set_target_verification, addresses=addresses),
+                                        principal.tenant_id, t.id, state, verified, expires, cause,
+                                        principal.id, now_us)
     if not ok:
         raise not_found("target")
     forget_cached(t.id)
     trust = await anyio.to_thread.run_sync(ctx.store.target_trust, t.id)
-    return view(t, trust)
+    return view(ctx.store, t, trust)
 
 
 @router.delete("/{target_id}", status_code=204, response_class=Response,

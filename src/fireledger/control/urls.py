@@ -1,10 +1,12 @@
 """Target URL validation at definition time (the dispatch plane checks again when it connects).
 
-Refused unless the operator allows private targets: ``localhost`` (and ``*.localhost``), and any IP
-literal host that is loopback, private, link-local, multicast, unspecified or reserved — including
-the numeric spellings resolvers accept (``127.1``, ``2130706433``, ``0x7f.0.0.1``) and IPv4-mapped
-IPv6 addresses. Host names are not resolved here: a name that resolves to a private address is the
-dispatch plane's check.
+An IP literal host — also in the numeric spellings resolvers accept (``127.1``, ``2130706433``,
+``0x7f.0.0.1``) and every IPv6 spelling that embeds an IPv4 address — is judged by the egress
+guard's rule (:meth:`fireledger.security.egress.EgressPolicy.refusal`): metadata, unspecified,
+multicast and site-local addresses always refused; loopback, private, link-local and other
+non-global addresses (and ``localhost``, ``*.localhost``) refused unless the operator allows private
+targets. The scheme must be ``https`` unless private targets are allowed (then ``http`` too). Host
+names are not resolved here: a name that resolves to a private address is the dispatch plane's check.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import ipaddress
 import os
 import socket
 from urllib.parse import urlsplit
+
+from fireledger.security.egress import EgressPolicy
 
 MAX_URL_LEN = 2048
 
@@ -36,15 +40,6 @@ def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return None
 
 
-def _is_private(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address):
-        mapped = ip.ipv4_mapped or ip.sixtofour
-        if mapped is not None and _is_private(mapped):
-            return True
-    return (ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast
-            or ip.is_unspecified or ip.is_reserved)
-
-
 def check_target_url(url: str, *, allow_private: bool) -> str | None:
     """The problem with ``url`` as an HTTP target, or None when it is acceptable."""
     if len(url) > MAX_URL_LEN:
@@ -63,13 +58,15 @@ def check_target_url(url: str, *, allow_private: bool) -> str | None:
         return "must have a host"
     if parts.username is not None or parts.password is not None:
         return "must not carry credentials (user:password@); targets authenticate by signature"
-    if allow_private:
-        return None
     bare = host.rstrip(".").lower()
-    if bare == "localhost" or bare.endswith(".localhost"):
+    if not allow_private and (bare == "localhost" or bare.endswith(".localhost")):
         return "refers to localhost; private targets are refused (operators may allow them)"
     ip = _ip_of(bare)
-    if ip is not None and _is_private(ip):
-        return (f"refers to a loopback, private or link-local address ({ip}); private targets are "
-                "refused (operators may allow them)")
+    if ip is not None:
+        why = EgressPolicy(allow_private=allow_private).refusal(ip)
+        if why is not None:
+            return f"refers to {ip}, which {why}"
+    if parts.scheme != "https" and not allow_private:
+        return ("must be an https:// URL: plain http is accepted only where the operator allows private "
+                "targets (FIRELEDGER_ALLOW_PRIVATE_TARGETS=1)")
     return None

@@ -17,8 +17,10 @@ from typing import Annotated, NoReturn
 import typer
 from typer._click import exceptions as click_exc
 
+from fireledger.statedir import default_db_url
+
 DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
-DEFAULT_DB = "sqlite:///./fireledger.db"
+DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledger.statedir)
 
 
 def _fail(message: str) -> NoReturn:

@@ -239,14 +239,15 @@ class KeyRing:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> KeyRing:
-        """Read a ring file. Warns (log) when the file is readable by group or others."""
+        """Read a ring file. Refuses (``ValueError`` naming the file and the ``chmod 600`` that fixes
+        it) a file that group or others may access: its private keys sign every attempt."""
         p = Path(path)
         with p.open("rb") as fh:
             mode = os.fstat(fh.fileno()).st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ValueError(f"{p}: the key ring is accessible by group/others (mode "
+                                 f"{stat.S_IMODE(mode):04o}); fix it with: chmod 600 {p}")
             data = fh.read()
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            log.warning("key ring file %s is accessible by group/others (mode %o); it should be 0600",
-                        p, stat.S_IMODE(mode))
         try:
             doc = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError):

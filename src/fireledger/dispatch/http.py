@@ -8,8 +8,11 @@ Contract of :meth:`HttpSender.send`:
   ``req.secret``) and ``req.extra_headers``, plus ``host``, ``user-agent`` and ``content-length``
   (HTTP/1.1, no compression asked for). No redirect is followed, no cookie is stored or sent, no
   proxy is used. Every connection obeys the egress guard (invariant 12,
-  :mod:`fireledger.security.egress`); a refused address is a final ``failed`` whose error says
-  ``egress refused`` and why, and nothing is sent.
+  :mod:`fireledger.security.egress`); a refused address or scheme (plain http where private targets
+  are not allowed) is a final ``failed`` whose error says ``egress refused`` and why, and nothing is
+  sent. With ``req.pinned_addresses`` the host name is reached only at those addresses (the ones its
+  ownership was verified at); a name that now resolves to none of them is a final ``failed``
+  (``egress refused: … verify the target again``), nothing sent.
 * It never raises for anything the network or the target does; the result says what happened:
 
   ============  ==============================================================================
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
 import math
 import ssl
 import time
@@ -48,6 +52,7 @@ from types import MappingProxyType
 from typing import Literal
 
 import yarl
+from aiohttp.abc import AbstractResolver
 
 from fireledger.dispatch import signing
 from fireledger.dispatch.wire import ExchangeError, Pool, Target, parse_target, request_bytes
@@ -109,6 +114,7 @@ class HttpRequest:
     body: bytes = field(repr=False)
     timeout_s: float
     extra_headers: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
+    pinned_addresses: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -137,6 +143,12 @@ class HttpRequest:
                 raise ValueError(f"extra header {name!r} is reserved")
             _header_safe(f"extra header {name!r}", value)
         object.__setattr__(self, "extra_headers", MappingProxyType(dict(self.extra_headers)))
+        if self.pinned_addresses is not None:
+            try:
+                pins = frozenset(str(ipaddress.ip_address(a)) for a in self.pinned_addresses)
+            except (TypeError, ValueError):
+                raise ValueError("pinned_addresses must be IP addresses") from None
+            object.__setattr__(self, "pinned_addresses", pins)
 
     def headers(self) -> dict[str, str]:
         """The full header set sent for this request (signature computed here, no clock read)."""
@@ -228,7 +240,8 @@ class HttpSender:
     (the oldest is closed to make room) and are closed after 15 s idle (``wire.KEEPALIVE_S``).
     Every connection obeys the egress policy read from the environment when the
     pool is created (:meth:`EgressPolicy.from_env`). ``ssl_context`` replaces the default
-    ``ssl.create_default_context()`` (certificate and host name verified, SNI sent). Call
+    ``ssl.create_default_context()`` (certificate and host name verified, SNI sent); ``resolver``
+    replaces the system resolver under the egress guard (tests: a name this host cannot resolve). Call
     :meth:`close` (or use ``async with``) when done; a closed sender refuses to send.
     """
 
@@ -241,6 +254,7 @@ class HttpSender:
         trust_env: bool = False,
         body_cap_bytes: int = BODY_CAP_BYTES,
         ssl_context: ssl.SSLContext | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be >= 1")
@@ -257,6 +271,7 @@ class HttpSender:
         self._user_agent = user_agent
         self._body_cap = body_cap_bytes
         self._ssl_context = ssl_context
+        self._resolver = resolver
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -276,7 +291,8 @@ class HttpSender:
             # Egress guard (invariant 12): no loopback/private/metadata address unless the operator
             # allows it; each connection goes to the addresses its one resolution returned.
             self._pool = Pool(loop, limit=self._limit, limit_per_host=self._limit_per_host,
-                              policy=EgressPolicy.from_env(), ssl_context=self._ssl_context)
+                              policy=EgressPolicy.from_env(), ssl_context=self._ssl_context,
+                              resolver=self._resolver)
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("HttpSender is bound to another event loop")
@@ -310,7 +326,7 @@ class HttpSender:
         except ValueError as exc:   # a request that cannot be made (cannot succeed on retry)
             return HttpResult("failed", None, _short(exc), time.perf_counter() - start)
         try:
-            reply = await pool.post(target, data, deadline, self._body_cap)
+            reply = await pool.post(target, data, deadline, self._body_cap, req.pinned_addresses)
         except ExchangeError as exc:
             if exc.kind == "timeout":
                 if exc.sent:

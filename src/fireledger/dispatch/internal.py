@@ -4,11 +4,15 @@ An operator embeds fireledger and registers callables before the dispatch plane 
 
     from fireledger.dispatch.internal import register
 
-    @register("billing.close_day")                 # any tenant's internal target may name it
-    def close_day(call):                            # call: InternalCall
-        ...                                         # return normally → delivered
+    @register("reports.build", tenants={"tn_0123…"})   # only these tenants' targets may call it
+    def build(call):                                    # call: InternalCall
+        ...                                             # return normally → delivered
 
-    register("reports.build", build, tenants={"tn_0123…"})   # only these tenants
+    register("billing.close_day", close_day, public=True)   # every tenant, said explicitly
+
+A registration is closed by default (docs/decisions/0035): it names the tenants whose internal
+targets may call it, or says ``public=True``; one that does neither (or names no tenant, or does
+both) is refused with ``ValueError`` at registration, so a callable is never open by omission.
 
 or lists modules that register at import in ``FIRELEDGER_INTERNAL_MODULES`` (comma-separated), which
 ``fireledger serve`` / ``fireledger dispatch`` import at start.
@@ -91,7 +95,10 @@ def name_problem(name: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class _Entry:
     fn: Handler
-    tenants: frozenset[str] | None
+    tenants: frozenset[str] | None   # None only for a public registration
+
+    def allows(self, tenant_id: str) -> bool:
+        return self.tenants is None or tenant_id in self.tenants
 
 
 class InternalRegistry:
@@ -103,13 +110,25 @@ class InternalRegistry:
         self._pool: ThreadPoolExecutor | None = None
 
     def register(self, name: str, fn: Handler | None = None, *,
-                 tenants: Iterable[str] | None = None) -> Any:
-        """Register ``fn`` under ``name`` (also usable as a decorator). ``tenants`` limits which
-        tenants' targets may call it (None: any). Registering a name again replaces it."""
+                 tenants: Iterable[str] | None = None, public: bool = False) -> Any:
+        """Register ``fn`` under ``name`` (also usable as a decorator). Exactly one of: ``tenants``,
+        the (non-empty) tenant ids whose targets may call it, or ``public=True``, every tenant's.
+        Neither, both, or an empty ``tenants`` raise ``ValueError`` (closed by default). Registering
+        a name again replaces it."""
         problem = name_problem(name)
         if problem:
             raise ValueError(f"internal callable name {name!r} {problem}")
+        if public and tenants is not None:
+            raise ValueError(f"internal callable {name!r}: give tenants or public=True, not both")
+        if isinstance(tenants, str):
+            raise ValueError(f"internal callable {name!r}: tenants must be a collection of tenant ids, "
+                             "not one string")
         allowed = None if tenants is None else frozenset(tenants)
+        if not public and not allowed:
+            raise ValueError(f"internal callable {name!r} is open to no tenant: name the tenants allowed to "
+                             "call it (tenants={...}) or register it with public=True")
+        if allowed is not None and not all(isinstance(t, str) and t for t in allowed):
+            raise ValueError(f"internal callable {name!r}: tenants must be non-empty tenant id strings")
 
         def add(f: Handler) -> Handler:
             if not callable(f):
@@ -142,7 +161,7 @@ class InternalRegistry:
             entry = self._entries.get(name)
         if entry is None:
             return HttpResult("retry", None, f"no internal callable {name!r} is registered in this process", 0.0)
-        if entry.tenants is not None and tenant_id not in entry.tenants:
+        if not entry.allows(tenant_id):
             return HttpResult("failed", None, f"internal callable {name!r} is not open to this tenant", 0.0)
         try:
             async with asyncio.timeout(timeout_s):
@@ -167,9 +186,10 @@ class InternalRegistry:
 REGISTRY = InternalRegistry()
 
 
-def register(name: str, fn: Handler | None = None, *, tenants: Iterable[str] | None = None) -> Any:
+def register(name: str, fn: Handler | None = None, *, tenants: Iterable[str] | None = None,
+             public: bool = False) -> Any:
     """Register on the process-wide :data:`REGISTRY` (see :meth:`InternalRegistry.register`)."""
-    return REGISTRY.register(name, fn, tenants=tenants)
+    return REGISTRY.register(name, fn, tenants=tenants, public=public)
 
 
 def load_modules(spec: str | None) -> list[str]:

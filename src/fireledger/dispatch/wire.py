@@ -38,11 +38,13 @@ from typing import Any, Literal, cast
 import aiohappyeyeballs
 import httptools
 import yarl
+from aiohttp.abc import AbstractResolver
 
-from fireledger.security.egress import EgressPolicy, GuardedResolver, guarded_socket_factory
+from fireledger.security.egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_socket_factory
 
 __all__ = [
     "KEEPALIVE_S",
+    "AddressNotVerified",
     "Connection",
     "ExchangeError",
     "Pool",
@@ -75,6 +77,10 @@ class ExchangeError(Exception):
         super().__init__(message)
         self.kind = kind
         self.sent = sent
+
+
+class AddressNotVerified(EgressRefused):
+    """A pinned host name now resolves only to addresses its ownership was not verified at."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +156,14 @@ class Connection(asyncio.Protocol):
 
     __slots__ = ("_expired", "_parser", "_pool", "body_left", "closed", "date", "error",
                  "fail_kind", "idle_since", "interim", "keep_alive", "origin", "over_cap",
-                 "poller", "retry_after", "state", "status", "transport", "waiter")
+                 "peer", "poller", "retry_after", "state", "status", "transport", "waiter")
 
     def __init__(self, pool: Pool, origin: Origin) -> None:
         self._pool = pool
         self.origin = origin
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None   # the address connected to (checked against pinned addresses)
         self.poller: Any = None
         self.state = _IDLE
         self.waiter: asyncio.Future[None] | None = None
@@ -177,6 +184,8 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)   # uvloop's are not subclasses
+        peer = transport.get_extra_info("peername")
+        self.peer = _norm(str(peer[0])) if peer else None
         sock = transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
         if fd >= 0:   # a poll set of this one socket: readable while idle = EOF or stray bytes
@@ -305,6 +314,14 @@ class Connection(asyncio.Protocol):
         return True
 
 
+def _norm(address: str) -> str:
+    """An address in its canonical text form (no zone), for comparison with pinned addresses."""
+    try:
+        return str(ipaddress.ip_address(address.split("%", 1)[0]))
+    except ValueError:
+        return address
+
+
 def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return "closed"
@@ -320,12 +337,13 @@ class Pool:
     ``limit`` are open closes the oldest idle one. Bound to ``loop``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, limit: int, limit_per_host: int,
-                 policy: EgressPolicy, ssl_context: ssl.SSLContext | None) -> None:
+                 policy: EgressPolicy, ssl_context: ssl.SSLContext | None,
+                 resolver: AbstractResolver | None = None) -> None:
         self.loop = loop
         self._limit = limit
         self._per_host = limit_per_host
         self._policy = policy
-        self._resolver = GuardedResolver(policy)
+        self._resolver = GuardedResolver(policy, resolver)
         self._socket_factory: Callable[[tuple[Any, ...]], socket.socket] = guarded_socket_factory(policy)
         self._ssl_context = ssl_context
         self._in_use = 0
@@ -393,13 +411,16 @@ class Pool:
 
     # --- idle connections -----------------------------------------------------------------------
 
-    def _pop_idle(self, origin: Origin) -> Connection | None:
+    def _pop_idle(self, origin: Origin, pins: frozenset[str] | None = None) -> Connection | None:
         stack = self._idle.get(origin)
         if not stack:
             return None
         now = self.loop.time()
-        while stack:
-            conn = stack.pop()   # the most recently used first: the least likely to be stale
+        for i in range(len(stack) - 1, -1, -1):   # the most recently used first: the least likely stale
+            conn = stack[i]
+            if pins is not None and conn.peer not in pins and conn.usable(now):
+                continue   # open to an address this attempt may not use: left for others
+            del stack[i]
             self._idle_count -= 1
             if conn.usable(now):
                 return conn
@@ -459,7 +480,20 @@ class Pool:
 
     # --- connecting -----------------------------------------------------------------------------
 
-    async def _addr_infos(self, target: Target) -> list[tuple[Any, ...]]:
+    async def _addr_infos(self, target: Target, pins: frozenset[str] | None = None) -> list[tuple[Any, ...]]:
+        infos = await self._resolved(target)
+        if pins is None or target.ip is not None:
+            return infos
+        kept = [i for i in infos if _norm(str(i[4][0])) in pins]
+        if not kept:
+            _scheme, host, _port = target.origin
+            now_at = ", ".join(sorted({str(i[4][0]) for i in infos}))
+            raise AddressNotVerified(
+                f"egress refused: {host} now resolves to {now_at}, none of the addresses its ownership was "
+                f"verified at ({', '.join(sorted(pins))}); verify the target again")
+        return kept
+
+    async def _resolved(self, target: Target) -> list[tuple[Any, ...]]:
         _scheme, host, port = target.origin
         if target.ip is not None:
             self._policy.check(host, target.ip)   # an IP literal is not resolved: vet it here
@@ -485,11 +519,12 @@ class Pool:
         self._dns[key] = (now + DNS_TTL_S, infos)
         return infos
 
-    async def _connect(self, target: Target, deadline: float) -> Connection:
-        _scheme, host, port = target.origin
+    async def _connect(self, target: Target, deadline: float, pins: frozenset[str] | None = None) -> Connection:
+        scheme, host, port = target.origin
         try:
             async with asyncio.timeout_at(deadline):
-                infos = await self._addr_infos(target)
+                infos = await self._addr_infos(target, pins)
+                self._policy.check_scheme(host, scheme)   # after the address: its reason is the graver
                 try:
                     sock = await aiohappyeyeballs.start_connection(
                         infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
@@ -520,10 +555,14 @@ class Pool:
 
     # --- the exchange ---------------------------------------------------------------------------
 
-    async def post(self, target: Target, data: bytes, deadline: float, body_cap: int) -> Reply:
+    async def post(self, target: Target, data: bytes, deadline: float, body_cap: int,
+                   pins: frozenset[str] | None = None) -> Reply:
         """Write ``data`` on a pooled or new connection to ``target`` and wait for the response
         head (until ``deadline``, a ``loop.time()``), then read and discard at most ``body_cap``
-        body bytes within what is left. Raises :class:`ExchangeError` when no head arrived."""
+        body bytes within what is left. Raises :class:`ExchangeError` when no head arrived.
+        ``pins``: the only addresses a host name may be reached at (the ones its ownership was
+        verified at); when it resolves to none of them, :class:`AddressNotVerified` is raised and
+        nothing is sent. Ignored for an IP-literal host (the URL names the address)."""
         if self._closed:
             raise ExchangeError("closed", "the sender was closed", sent=False)
         origin = target.origin
@@ -533,10 +572,10 @@ class Pool:
             await self._wait_slot(origin, deadline)
         conn: Connection | None = None
         try:
-            conn = self._pop_idle(origin)
+            conn = self._pop_idle(origin, pins if target.ip is None else None)
             if conn is None:
                 self._make_room()
-                conn = await self._connect(target, deadline)
+                conn = await self._connect(target, deadline, pins)
             reply = await self._exchange(conn, data, deadline, body_cap)
         except BaseException:
             if conn is not None:

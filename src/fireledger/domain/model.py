@@ -267,3 +267,6 @@ class DispatchJob:
     lease_owner: str
     lease_expires_us: int
     schedule: dict[str, Any] = field(default_factory=dict)
+    #: Set by the trust gate (``fireledger.security.targets.admit``) for a plain-http target with a
+    #: host name: the only addresses the attempt may connect to (those its ownership was verified at).
+    pinned_addresses: frozenset[str] | None = None

@@ -20,6 +20,9 @@ Two sources, one exposition:
     from ``nodes`` (running nodes only).
   - ``fireledger_store_up`` — 0 when the store could not be read (the scrape still answers).
 
+  The store's answers are reused for :data:`STORE_METRICS_TTL_S` (1 s): a scrape storm costs the
+  store one reading a second.
+
 No label ever carries a payload, a fire key or a tenant's data: labels are lanes, states, partitions
 and node ids only.
 """
@@ -27,6 +30,8 @@ and node ids only.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +42,8 @@ log = logging.getLogger("fireledger.observe")
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 DUE_AGE = "fireledger_oldest_undispatched_due_age_seconds"
+#: How long ``/metrics`` reuses the store's answers (seconds).
+STORE_METRICS_TTL_S = 1.0
 
 
 class Metrics:
@@ -80,15 +87,24 @@ class Metrics:
 
 
 class StoreCollector:
-    """Cluster-wide metrics computed from the store at each scrape (see the module docstring).
+    """Cluster-wide metrics computed from the store at scrape time (see the module docstring).
 
     ``store`` is a :class:`~fireledger.store.SqlStore`; ``clock`` a :class:`~fireledger.clock.Clock`
     (ages are measured from its *earliest* bound, so they are never overstated).
+
+    The store's answers are cached for ``ttl_s`` seconds of this process's monotonic time (default
+    :data:`STORE_METRICS_TTL_S`): scrapes closer together than that (several Prometheus servers, a
+    scrape storm) cost the store its four queries once. ``ttl_s = 0`` reads the store every scrape.
     """
 
-    def __init__(self, store: Any, clock: Any) -> None:
+    def __init__(self, store: Any, clock: Any, *, ttl_s: float = STORE_METRICS_TTL_S) -> None:
+        if ttl_s < 0:
+            raise ValueError("ttl_s: must be ≥ 0")
         self.store = store
         self.clock = clock
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Metric]] | None = None
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
@@ -99,6 +115,15 @@ class StoreCollector:
         return []   # computed at scrape time; nothing to check at registration
 
     def collect(self) -> Iterator[Metric]:
+        """The families of the latest store reading (fresh when older than ``ttl_s``)."""
+        with self._lock:   # concurrent scrapes wait for one reading instead of each making their own
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= self.ttl_s or self.ttl_s == 0:
+                self._cached = (now, list(self._read()))
+            families = self._cached[1]
+        return iter(families)
+
+    def _read(self) -> Iterator[Metric]:
         now_us = self.clock.now().earliest_us
         up = GaugeMetricFamily("fireledger_store_up", "1 when the store answered this scrape")
         try:
@@ -168,4 +193,4 @@ class StoreCollector:
 
 METRICS = Metrics()
 
-__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "Metrics", "StoreCollector"]
+__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "Metrics", "StoreCollector"]

@@ -1,8 +1,13 @@
 """Operator commands of the trust boundary, registered on the ``fireledger`` CLI by :func:`register`:
 
-* ``fireledger audit verify --db URL`` — recompute the audit hash chain; exit 0 and one line when it
-  is intact, exit 1 and a line naming the first broken row (edited, deleted, reordered) otherwise.
+* ``fireledger audit verify --db URL [--anchor FILE]`` — recompute the keyed audit chain (the key is
+  derived from the KEK: ``FIRELEDGER_KEK`` / ``FIRELEDGER_KEK_FILE``); exit 0 and one line when it is
+  intact, exit 1 and a line naming the first row that does not check (edited, unkeyed, deleted,
+  reordered) otherwise. ``--anchor`` also checks every ``(seq, hash)`` of an earlier export (or saved
+  ``audit head`` lines) against the chain: the check that survives an attacker holding the key.
 * ``fireledger audit export --db URL [--tenant ID]`` — every audit row as one JSON object per line.
+* ``fireledger audit head --db URL`` — the chain's head as one JSON line (``seq``, ``hash``, ``at``):
+  ship it regularly to write-once storage, and pass those lines back as ``verify --anchor``.
 * ``fireledger tenant delete TENANT_ID --db URL --yes`` — destroy the tenant's key at once (payloads
   unreadable), revoke its tokens, stop its triggers; prints a JSON summary.
 * ``fireledger tenant purge --db URL [--grace DURATION]`` — run the purge job once.
@@ -19,8 +24,10 @@ from typing import Annotated, NoReturn
 import typer
 from typer._click import exceptions as click_exc
 
+from fireledger.statedir import default_db_url
+
 DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
-DEFAULT_DB = "sqlite:///./fireledger.db"
+DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledger.statedir)
 
 
 def _fail(message: str) -> NoReturn:
@@ -51,17 +58,34 @@ def register(app: typer.Typer, tenant_app: typer.Typer) -> None:
     @audit_app.command("verify")
     def audit_verify_cmd(
         db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+        anchor: Annotated[str | None, typer.Option(
+            "--anchor", help="An earlier `audit export` or saved `audit head` lines (JSON lines with seq "
+                             "and hash) that the chain must still contain.")] = None,
     ) -> None:
-        """Recompute the audit chain; name the first edited, deleted or reordered row (exit 1)."""
-        from .auditlog import verify_chain
+        """Recompute the keyed audit chain; name the first edited, unkeyed, deleted or reordered row (exit 1)."""
+        from .auditlog import AnchorError, check_anchor, read_anchor, verify_chain
+        from .envelope import KekError
 
+        anchored = None
+        if anchor is not None:
+            try:
+                with open(anchor, encoding="utf-8") as f:
+                    anchored = read_anchor(f)
+            except OSError as exc:
+                _fail(f"--anchor: cannot read {anchor} ({type(exc).__name__})")
+            except (AnchorError, UnicodeDecodeError) as exc:
+                _fail(str(exc) if isinstance(exc, AnchorError) else f"--anchor: {anchor} is not UTF-8 text")
         store = _open(db)
         try:
             report = verify_chain(store)
+            if report.ok and anchored is not None:
+                report = check_anchor(store, anchored) or report
+        except KekError as exc:
+            _fail(f"the audit chain is keyed by the key-encryption key: {exc}")
         finally:
             store.close()
         if report.ok:
-            typer.echo(report.line())
+            typer.echo(report.line() + (f"; anchor of {len(anchored)} rows matches" if anchored else ""))
             return
         print(f"fireledger: {report.line()}", file=sys.stderr)
         sys.exit(1)  # a broken chain is a finding, not a usage error (2)
@@ -81,6 +105,22 @@ def register(app: typer.Typer, tenant_app: typer.Typer) -> None:
             export_rows(store, sys.stdout, tenant)
         finally:
             store.close()
+
+    @audit_app.command("head")
+    def audit_head_cmd(
+        db: Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")] = DEFAULT_DB,
+    ) -> None:
+        """Print the chain's head (seq, hash, at) as one JSON line: an anchor for `verify --anchor`."""
+        from fireledger.domain.keys import from_us
+        from fireledger.recurrence import format_instant
+
+        store = _open(db)
+        try:
+            seq, h = store.audit_head()
+        finally:
+            store.close()
+        typer.echo(json.dumps({"seq": seq, "hash": h, "at": format_instant(from_us(_now_us()))},
+                              separators=(",", ":")))
 
     @tenant_app.command("delete")
     def tenant_delete_cmd(

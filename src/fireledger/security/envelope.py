@@ -3,10 +3,12 @@
 * **Keys.** Each tenant has one AES-256-GCM *data key*, created on first use and stored only
   *wrapped* (AES-GCM under the key-encryption key, associated data = the tenant id) in
   ``tenants.wrapped_key``. The *key-encryption key* (KEK, 32 bytes) comes from, in order:
-  ``FIRELEDGER_KEK`` (base64, base64url or hex), the file named by ``FIRELEDGER_KEK_FILE``, or a
-  default file — beside the SQLite database (``<db stem>-kek.key``), else ``./fireledger-kek.key`` —
-  created on first use with mode 0600. Every control and dispatch process of one deployment must
-  see the same KEK (like the dispatch signing key ring).
+  ``FIRELEDGER_KEK`` (base64, base64url or hex), the file named by ``FIRELEDGER_KEK_FILE``, or
+  ``kek.key`` in the state directory (:mod:`fireledger.statedir`). A KEK file is created only by
+  ``fireledger init`` (:func:`create_kek`, mode 0600), never on a missing file: a process without
+  its KEK refuses to start, and one whose KEK file group or others may read refuses too (the error
+  names the ``chmod 600``). Every control and dispatch process of one deployment must see the same
+  KEK (like the dispatch signing key ring).
 * **Ciphertext.** ``b"FLE\\x01" | sealed version (8 bytes, big-endian) | nonce (12) | AES-GCM
   ciphertext+tag``. The associated data binds it to (tenant, trigger, version in which the payload was
   written): moved to another tenant or trigger, or to an older version, it does not open. An
@@ -18,7 +20,12 @@
   (:meth:`fireledger.store.trust.TrustMixin.delete_tenant`): its payloads can no longer be opened by
   anyone. Unwrapped keys are cached per process for at most :data:`KEY_CACHE_S` seconds, so a
   deletion reaches every process within that time (at once in the deleting one: :meth:`forget`).
-* Payloads stored before encryption existed (no magic prefix) are returned as they are.
+* **No plaintext path.** A payload without the envelope prefix is refused as unreadable (with that
+  cause), never passed on as "legacy" plaintext.
+* **Target secrets.** A target's Standard Webhooks signing secret is sealed under the same tenant data
+  key (associated data ``fireledger/target-secret/v1\0tenant\0target``) and stored as text
+  ``flsec1.<base64url>`` (:func:`seal_secret` / :func:`open_secret`); deleting the tenant shreds it
+  too. :func:`seal_stored_secrets` seals rows written before this existed (run at start-up).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ _WRAP_MAGIC = b"FLK\x01"
 KEY_CACHE_S = 2.0
 KEK_ENV = "FIRELEDGER_KEK"
 KEK_FILE_ENV = "FIRELEDGER_KEK_FILE"
+SECRET_PREFIX = "flsec1."
 
 
 class KekError(StoreError):
@@ -75,48 +83,97 @@ def _decode_key(text: str, where: str) -> bytes:
     raise KekError(f"{where}: the key-encryption key must be 32 bytes, written as base64 or hex")
 
 
-def kek_file_path(store: Any) -> Path:
-    """Where the KEK file is (see the module docstring); the env file wins."""
+def kek_file_path(store: Any = None) -> Path:
+    """Where the KEK file is: ``FIRELEDGER_KEK_FILE``, else ``kek.key`` in the state directory."""
+    from fireledger.statedir import state_dir
+
     explicit = os.environ.get(KEK_FILE_ENV)
     if explicit:
         return Path(explicit)
+    return state_dir() / "kek.key"
+
+
+def legacy_kek_paths(store: Any = None) -> list[Path]:
+    """Where releases before the state directory created the KEK: beside the SQLite file
+    (``<stem>-kek.key``) and ``./fireledger-kek.key``. Such a file is never used silently: it is
+    named in the refusal so the operator moves it (a new KEK would orphan every tenant's key)."""
+    out = []
     path = getattr(getattr(store, "engine", None), "path", None)
     if path:
-        return Path(path).with_name(Path(path).stem + "-kek.key")
-    return Path("./fireledger-kek.key")
+        out.append(Path(path).with_name(Path(path).stem + "-kek.key"))
+    out.append(Path("./fireledger-kek.key"))
+    return [p for p in out if p.exists()]
 
 
-def load_kek(store: Any = None, *, create: bool = True) -> bytes:
-    """The deployment's KEK (see the module docstring); creates the default/named file when missing
-    (``create``), exclusively and with mode 0600, so concurrent first starts agree on one key."""
+def _missing_kek(path: Path, store: Any) -> KekError:
+    old = legacy_kek_paths(store)
+    if old:
+        return KekError(f"{path}: no key-encryption key here, but one is at its old place {old[0]}: move it "
+                        f"(mv {old[0]} {path}) or set {KEK_FILE_ENV}={old[0]}")
+    return KekError(f"{path}: no key-encryption key; run `fireledger init` to create one "
+                    f"(or set {KEK_ENV} or {KEK_FILE_ENV})")
+
+
+def load_kek(store: Any = None) -> bytes:
+    """The deployment's KEK (see the module docstring). Never creates one: a missing file, a file
+    group or others may access, or a malformed key raises :class:`KekError` naming the file and the
+    fix (``fireledger init``, ``chmod 600 <file>``)."""
+    from fireledger.statedir import private_file_problem
+
     env = os.environ.get(KEK_ENV)
     if env:
         return _decode_key(env, KEK_ENV)
     path = kek_file_path(store)
+    if not path.exists():
+        raise _missing_kek(path, store)
+    problem = private_file_problem(path, "key-encryption key file")
+    if problem is not None:
+        raise KekError(problem)
     try:
         return _decode_key(path.read_text(encoding="ascii"), str(path))
     except FileNotFoundError:
-        if not create:
-            raise KekError(f"{path}: no key-encryption key file (set {KEK_ENV} or {KEK_FILE_ENV})") from None
+        raise _missing_kek(path, store) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise KekError(f"{path}: cannot read the key-encryption key ({type(exc).__name__})") from None
+
+
+def create_kek(path: Path, store: Any = None) -> bool:
+    """``fireledger init``: create the KEK file at ``path`` (exclusively, mode 0600) unless it
+    exists; True when created. Refuses (:class:`KekError`) when a KEK exists at an old place (a new
+    key would orphan the data keys it wrapped) or the directory cannot be written."""
+    if path.exists():
+        return False
+    old = legacy_kek_paths(store)
+    if old:
+        raise _missing_kek(path, store)
     key = AESGCM.generate_key(bit_length=256)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return _decode_key(path.read_text(encoding="ascii"), str(path))
+        return False
     except OSError as exc:
         raise KekError(f"{path}: cannot create the key-encryption key file ({type(exc).__name__})") from None
     with os.fdopen(fd, "w", encoding="ascii") as f:
         f.write(base64.b64encode(key).decode("ascii") + "\n")
-    log.warning("created a new key-encryption key at %s (mode 0600): every control and dispatch process "
+        f.flush()
+        os.fsync(f.fileno())
+    log.info("created a new key-encryption key at %s (mode 0600): every control and dispatch process "
                 "must use this key (or set %s / %s); losing it makes every payload unreadable",
                 path, KEK_ENV, KEK_FILE_ENV)
-    return key
+    return True
 
 
 def _payload_ad(tenant_id: str, trigger_id: str, version: int) -> bytes:
     return f"fireledger/payload/v1\x00{tenant_id}\x00{trigger_id}\x00{version}".encode()
+
+
+def _secret_ad(tenant_id: str, target_id: str) -> bytes:
+    return f"fireledger/target-secret/v1\x00{tenant_id}\x00{target_id}".encode()
+
+
+def is_sealed_secret(stored: str) -> bool:
+    """Whether a stored target secret is in the sealed form (``flsec1.<base64url>``)."""
+    return isinstance(stored, str) and stored.startswith(SECRET_PREFIX)
 
 
 def _wrap_ad(tenant_id: str) -> bytes:
@@ -140,7 +197,7 @@ class PayloadCipher:
         return self._kek
 
     def ensure_kek(self) -> None:
-        """Load (or create) the KEK now: a process refuses to start without one (:class:`KekError`)."""
+        """Load the KEK now: a process refuses to start without one (:class:`KekError`)."""
         _ = self.kek
 
     def _kek_id(self) -> bytes:
@@ -205,10 +262,11 @@ class PayloadCipher:
         return MAGIC + version.to_bytes(8, "big") + nonce + ct
 
     def open(self, tenant_id: str, trigger_id: str, version: int, blob: bytes) -> bytes:
-        """Decrypt a payload of ``version`` of ``trigger_id`` (legacy plaintext is returned as is)."""
-        if not blob.startswith(MAGIC):
-            return blob
+        """Decrypt a payload of ``version`` of ``trigger_id``. A blob without the envelope prefix is
+        refused (:class:`PayloadUnreadable`): there is no plaintext path."""
         where = f"the payload of trigger {trigger_id} version {version}"
+        if not blob.startswith(MAGIC):
+            raise PayloadUnreadable(f"{where} is not sealed (stored without encryption); it is not sent")
         if len(blob) < 4 + 8 + 12 + 16:
             raise PayloadUnreadable(f"{where} is truncated")
         sealed = int.from_bytes(blob[4:12], "big")
@@ -219,6 +277,33 @@ class PayloadCipher:
             return AESGCM(key).decrypt(blob[12:24], blob[24:], _payload_ad(tenant_id, trigger_id, sealed))
         except InvalidTag:
             raise PayloadUnreadable(f"{where} does not authenticate (tampered, or not this tenant's)") from None
+
+    def seal_secret(self, tenant_id: str, target_id: str, secret: str) -> str:
+        """The stored form of a target's signing secret: ``flsec1.`` + base64url(nonce ‖ AES-GCM)."""
+        key = self.data_key(tenant_id, create=True)
+        nonce = os.urandom(12)
+        ct = AESGCM(key).encrypt(nonce, secret.encode("utf-8"), _secret_ad(tenant_id, target_id))
+        return SECRET_PREFIX + base64.urlsafe_b64encode(nonce + ct).decode("ascii").rstrip("=")
+
+    def open_secret(self, tenant_id: str, target_id: str, stored: str) -> str:
+        """The signing secret of target ``target_id``; :class:`PayloadUnreadable` (never the secret)
+        when it is not sealed, is another target's or tenant's, or the tenant's key is destroyed."""
+        where = f"the signing secret of target {target_id}"
+        if not is_sealed_secret(stored):
+            raise PayloadUnreadable(f"{where} is not sealed (stored in plaintext); restart a control or "
+                                    "dispatch process of this release to seal it")
+        text = stored[len(SECRET_PREFIX):]
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (ValueError, binascii.Error):
+            raise PayloadUnreadable(f"{where} is not in the sealed format") from None
+        if len(raw) < 12 + 16:
+            raise PayloadUnreadable(f"{where} is truncated")
+        key = self.data_key(tenant_id, create=False)
+        try:
+            return AESGCM(key).decrypt(raw[:12], raw[12:], _secret_ad(tenant_id, target_id)).decode("utf-8")
+        except (InvalidTag, UnicodeDecodeError):
+            raise PayloadUnreadable(f"{where} does not authenticate (tampered, or not this target's)") from None
 
 
 _CIPHERS: weakref.WeakKeyDictionary[Any, PayloadCipher] = weakref.WeakKeyDictionary()
@@ -247,16 +332,61 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     import asyncio
 
     payload: bytes = job.payload
-    if not payload.startswith(MAGIC):
-        return job
     f = job.fire
     cipher = cipher_for(store)
-    if cipher.has_key(f.tenant_id):
+    target = job.target
+    signs = getattr(target, "kind", None) == "http"
+
+    def opened() -> Any:
         plain = cipher.open(f.tenant_id, f.trigger_id, f.version, payload)
-    else:
-        plain = await asyncio.to_thread(cipher.open, f.tenant_id, f.trigger_id, f.version, payload)
-    return replace(job, payload=plain)
+        if not signs:
+            return replace(job, payload=plain)
+        secret = cipher.open_secret(target.tenant_id, target.id, target.secret)
+        return replace(job, payload=plain, target=replace(target, secret=secret))
+
+    if cipher.has_key(f.tenant_id):
+        return opened()
+    return await asyncio.to_thread(opened)
 
 
-__all__ = ["KEY_CACHE_S", "MAGIC", "KekError", "PayloadCipher", "PayloadUnreadable", "cipher_for", "kek_file_path",
-           "load_kek", "open_job_payload", "seal_payload"]
+def open_secret(store: Any, target: Any) -> str:
+    """The signing secret of ``target`` (as read from the store), opened; see
+    :meth:`PayloadCipher.open_secret`. May read the store (call off the event loop)."""
+    return cipher_for(store).open_secret(target.tenant_id, target.id, target.secret)
+
+
+def seal_secret(store: Any, tenant_id: str, target_id: str, secret: str) -> str:
+    """The sealed, stored form of a new target's signing secret (already sealed: returned as is)."""
+    if is_sealed_secret(secret):
+        return secret
+    return cipher_for(store).seal_secret(tenant_id, target_id, secret)
+
+
+def seal_stored_secrets(store: Any, batch: int = 200) -> int:
+    """Seal every target secret still stored in plaintext (rows written before sealing existed), one
+    compare-and-set per row; returns how many were sealed. A secret of a deleted tenant is
+    overwritten with an empty string instead (its key is destroyed: nothing may sign with it). Run
+    at the start of every control and dispatch process, so no reader ever sees a plaintext secret."""
+    cipher = cipher_for(store)
+    done = 0
+    after = ""
+    while True:
+        rows = store.unsealed_target_secrets(after, batch)
+        for target_id, tenant_id, old in rows:
+            try:
+                new = cipher.seal_secret(tenant_id, target_id, old)
+            except PayloadUnreadable:   # deleted tenant: shred the plaintext instead of sealing it
+                new = ""
+            if store.replace_target_secret(target_id, old, new):
+                done += 1
+        if len(rows) < batch:
+            break
+        after = rows[-1][0]
+    if done:
+        log.warning("sealed %d target signing secret(s) stored in plaintext by an earlier release", done)
+    return done
+
+
+__all__ = ["KEY_CACHE_S", "MAGIC", "SECRET_PREFIX", "KekError", "PayloadCipher", "PayloadUnreadable", "cipher_for",
+           "create_kek", "is_sealed_secret", "kek_file_path", "legacy_kek_paths", "load_kek", "open_job_payload",
+           "open_secret", "seal_payload", "seal_secret", "seal_stored_secrets"]

@@ -1,13 +1,27 @@
 """Target ownership: the HTTP challenge, and the checks at definition and at dispatch (invariant 12).
 
-**Challenge.** A target's origin proves ownership by answering
+**Challenge** (docs/decisions/0041, 0088). A target's origin proves ownership by answering
 ``GET <scheme>://<host>[:port]/.well-known/fireledger-verification/<token>`` with status 200 and a
-body that is exactly the target's verification token (surrounding whitespace ignored). The fetch
-goes through the egress guard (:mod:`fireledger.security.egress`), follows no redirect, sends no
-cookie or credential, reads at most :data:`CHALLENGE_MAX_BYTES` and gives up after
-:data:`CHALLENGE_TIMEOUT_S`. Success makes the target ``verified`` until now +
-:data:`VERIFICATION_TTL_S` (30 days; verify again to extend); failure makes it ``failed`` with the
-cause. (The DNS TXT method is designed in docs/decisions/0041.)
+body that is exactly the target's *key authorisation* (surrounding whitespace ignored)::
+
+    response = token + "." + base64url_nopad(HMAC-SHA256(K, token || 0x00 || target id))
+
+where ``K`` is the deployment's purpose key ``derived_key(store, "target-verification")``
+(:mod:`fireledger.security.derived`; the database does not hold it). The API shows ``response`` to
+the target's tenant; it is not in the request, so an origin that echoes the path (or any part of the
+request) cannot produce it. The fetch goes through the egress guard (:mod:`fireledger.security.egress`,
+also its https rule), follows no redirect, sends no cookie or credential, reads at most
+:data:`CHALLENGE_MAX_BYTES` and gives up after :data:`CHALLENGE_TIMEOUT_S`. Success makes the target
+``verified`` until now + :data:`VERIFICATION_TTL_S` (30 days; verify again to extend); failure makes
+it ``failed`` with the cause.
+
+**Address pin** (decision 0089). Over plain http nothing binds a connection to the name that was
+verified, so for a plain-http target whose host is a name :func:`prove_ownership` fetches the
+challenge from each address the name resolves to (at most :data:`MAX_PINNED_ADDRESSES`) and records
+those that answered; an attempt then connects only to those (:func:`admit` sets
+``DispatchJob.pinned_addresses``; the connection pool refuses a name that resolves to none of them,
+``failed`` with a cause, nothing sent). Such a target verified without recorded addresses is treated
+as unverified. An ``https`` target needs no pin (TLS authenticates the name), nor does an IP literal.
 
 **Checks.** :func:`verification_problem` is the one rule, used at definition time (a trigger may
 point only at a verified, unexpired target of its tenant) and again by the attempt runner
@@ -19,23 +33,63 @@ Targets of kinds other than ``http`` (queues, in-process callables) need no veri
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import ipaddress
+import socket
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
-from .egress import EgressPolicy, EgressRefused, guarded_connector
+from .egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
 
 WELL_KNOWN = "/.well-known/fireledger-verification/"
 VERIFICATION_TTL_S = 30 * 86_400
 CHALLENGE_TIMEOUT_S = 10.0
 CHALLENGE_MAX_BYTES = 1024
 DISPATCH_CACHE_S = 1.0
+#: The purpose label of the deployment key behind the challenge response.
+RESPONSE_KEY_LABEL = "target-verification"
+#: At most this many addresses of a plain-http target's name are challenged (and pinned).
+MAX_PINNED_ADDRESSES = 8
+
+
+def expected_response(key: bytes, token: str, target_id: str) -> str:
+    """The challenge response for ``token`` of target ``target_id`` under deployment key ``key``
+    (pure): ``token + "." + base64url_nopad(HMAC-SHA256(key, token || 0x00 || target_id))``."""
+    mac = hmac.new(key, token.encode() + b"\x00" + target_id.encode(), hashlib.sha256).digest()
+    return token + "." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+
+
+def verification_response(store: Any, token: str, target_id: str) -> str:
+    """The exact body the target's origin must serve at its challenge path (under this deployment's
+    key, :data:`RESPONSE_KEY_LABEL`). Raises ``KekError`` when the deployment has no KEK."""
+    from .derived import derived_key
+
+    return expected_response(derived_key(store, RESPONSE_KEY_LABEL), token, target_id)
+
+
+def needs_pin(target_url: str | None) -> bool:
+    """Whether a target URL is plain http with a host name (its addresses are pinned at verification)."""
+    if not target_url:
+        return False
+    parts = urlsplit(target_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    try:
+        ipaddress.ip_address(parts.hostname.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return True
+    return False
 
 
 def challenge_url(target_url: str, token: str) -> str:
@@ -50,14 +104,51 @@ def _short(exc: BaseException) -> str:
     return out[:200]
 
 
-async def fetch_challenge(target_url: str, token: str, policy: EgressPolicy, *,
-                          timeout_s: float = CHALLENGE_TIMEOUT_S) -> str | None:
-    """Fetch the challenge for ``token`` on ``target_url``'s origin: None when it proves ownership,
-    else a one-line cause (never the response body)."""
+def _scheme_problem(target_url: str, token: str, policy: EgressPolicy) -> str | None:
+    """The egress refusal of the challenge's scheme (an IP-literal host's own refusal first: the
+    graver reason), or None."""
+    parts = urlsplit(target_url)
+    why = policy.scheme_refusal(parts.scheme)
+    if why is None:
+        return None
+    host = (parts.hostname or "").strip("[]")
+    try:
+        policy.check(host, ipaddress.ip_address(host.split("%", 1)[0]))
+    except ValueError as exc:
+        if isinstance(exc, EgressRefused):
+            return str(exc)
+    return f"egress refused: {challenge_url(target_url, token)}: {why}"
+
+
+class _OneAddress(AbstractResolver):
+    """Answers every lookup with one already-vetted address (the challenge of that address)."""
+
+    def __init__(self, address: str, family: int) -> None:
+        self.address = address
+        self.family = family
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        return [{"hostname": host, "host": self.address, "port": port, "family": self.family,
+                 "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        return None
+
+
+async def fetch_challenge(target_url: str, token: str, policy: EgressPolicy, *, expected: str,
+                          timeout_s: float = CHALLENGE_TIMEOUT_S,
+                          resolver: AbstractResolver | None = None) -> str | None:
+    """Fetch the challenge for ``token`` on ``target_url``'s origin: None when it answers exactly
+    ``expected`` (:func:`verification_response`), else a one-line cause (never the response body).
+    ``resolver`` replaces the system resolver (under the egress guard)."""
     url = challenge_url(target_url, token)
+    scheme_problem = _scheme_problem(target_url, token, policy)
+    if scheme_problem is not None:
+        return scheme_problem
     try:
         async with aiohttp.ClientSession(
-            connector=guarded_connector(policy, limit=1),
+            connector=guarded_connector(policy, resolver=resolver, limit=1),
             cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
             headers={"user-agent": "fireledger-verification"},
@@ -80,9 +171,54 @@ async def fetch_challenge(target_url: str, token: str, policy: EgressPolicy, *,
         return f"the challenge at {url} could not be fetched ({_short(exc)})"
     if len(body) > CHALLENGE_MAX_BYTES:
         return f"the challenge at {url} answered more than {CHALLENGE_MAX_BYTES} bytes"
-    if body.strip() != token.encode("ascii", "replace"):
-        return f"the challenge at {url} does not answer the verification token"
+    if not hmac.compare_digest(body.strip(), expected.encode("ascii", "replace")):
+        return (f"the challenge at {url} does not answer the verification response "
+                "(serve verification.response, not the token)")
     return None
+
+
+async def prove_ownership(target_url: str, token: str, expected: str, policy: EgressPolicy, *,
+                          timeout_s: float = CHALLENGE_TIMEOUT_S,
+                          resolver: AbstractResolver | None = None) -> tuple[str | None, tuple[str, ...] | None]:
+    """Run the challenge for a target: ``(None, addresses)`` when ownership is proved, else
+    ``(cause, None)``. ``addresses`` is None except for a plain-http target with a host name
+    (:func:`needs_pin`): the name is resolved once through the egress guard and the challenge is
+    fetched from each address (at most :data:`MAX_PINNED_ADDRESSES`); those that answered are
+    returned (the dispatch pin), and at least one must. ``resolver`` replaces the system resolver."""
+    if not needs_pin(target_url):
+        cause = await fetch_challenge(target_url, token, policy, expected=expected, timeout_s=timeout_s,
+                                      resolver=resolver)
+        return cause, None
+    parts = urlsplit(target_url)
+    host = parts.hostname or ""
+    scheme_problem = _scheme_problem(target_url, token, policy)
+    if scheme_problem is not None:
+        return scheme_problem, None
+    guard = GuardedResolver(policy, resolver)
+    try:
+        async with asyncio.timeout(timeout_s):
+            found = await guard.resolve(host, parts.port or 80, family=socket.AF_UNSPEC)
+    except EgressRefused as exc:
+        return str(exc), None
+    except TimeoutError:
+        return f"{host} could not be resolved within {timeout_s:g}s", None
+    except (OSError, ValueError) as exc:
+        return f"{host} could not be resolved ({_short(exc)})", None
+    finally:
+        await guard.close()
+    addresses = list(dict.fromkeys((str(r["host"]), int(r["family"])) for r in found))[:MAX_PINNED_ADDRESSES]
+    answered: list[str] = []
+    causes: list[str] = []
+    for address, family in addresses:
+        cause = await fetch_challenge(target_url, token, policy, expected=expected, timeout_s=timeout_s,
+                                      resolver=_OneAddress(address, family))
+        if cause is None:
+            answered.append(str(ipaddress.ip_address(address.split("%", 1)[0])))
+        else:
+            causes.append(f"{address}: {cause}")
+    if not answered:
+        return "; ".join(causes)[:600], None
+    return None, tuple(sorted(answered))
 
 
 def verification_problem(t: Any, now_us: int) -> str | None:
@@ -94,10 +230,14 @@ def verification_problem(t: Any, now_us: int) -> str | None:
         return None
     if t.state != "verified":
         why = f" ({t.error})" if getattr(t, "error", None) else ""
-        return (f"target {t.id}'s ownership is not verified (state {t.state}{why}); serve its token at "
-                f"{WELL_KNOWN}<token> on its origin, then POST /v1/targets/{t.id}/verify")
+        return (f"target {t.id}'s ownership is not verified (state {t.state}{why}); serve its "
+                f"verification.response at {WELL_KNOWN}<token> on its origin, then "
+                f"POST /v1/targets/{t.id}/verify")
     if t.expires_us is not None and t.expires_us <= now_us:
         return (f"target {t.id}'s ownership verification lapsed at {format_instant(from_us(t.expires_us))}; "
+                f"POST /v1/targets/{t.id}/verify to verify it again")
+    if needs_pin(t.url) and not getattr(t, "addresses", None):
+        return (f"target {t.id} is plain http and its verification recorded no addresses to pin; "
                 f"POST /v1/targets/{t.id}/verify to verify it again")
     return None
 
@@ -133,31 +273,38 @@ def _load_trust(store: Any, target_id: str) -> Any:
     return t
 
 
-async def dispatch_refusal(store: Any, target: Any, now_us: int) -> str | None:
-    """The attempt runner's re-check before an attempt: why ``target`` must not be called now (its
-    verification is missing, failed or lapsed, or it was deleted), or None. The store is read off the
-    event loop, at most once per target per :data:`DISPATCH_CACHE_S`."""
+async def _checked(store: Any, target: Any, now_us: int) -> tuple[str | None, Any]:
     if getattr(target, "kind", "http") != "http":
-        return None
+        return None, None
     found, t = _cached_trust(store, target.id)
     if not found:
         t = await asyncio.to_thread(_load_trust, store, target.id)
     if t is None:
-        return f"target {target.id} does not exist"
-    return verification_problem(t, now_us)
+        return f"target {target.id} does not exist", None
+    return verification_problem(t, now_us), t
+
+
+async def dispatch_refusal(store: Any, target: Any, now_us: int) -> str | None:
+    """The attempt runner's re-check before an attempt: why ``target`` must not be called now (its
+    verification is missing, failed or lapsed, or it was deleted), or None. The store is read off the
+    event loop, at most once per target per :data:`DISPATCH_CACHE_S`."""
+    return (await _checked(store, target, now_us))[0]
 
 
 async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
     """The attempt runner's trust gate, called once per attempt before anything is sent:
-    ``(job, None)`` with the payload decrypted (the one decryption point, :mod:`.envelope`), or
+    ``(job, None)`` with the payload decrypted (the one decryption point, :mod:`.envelope`) and, for a
+    plain-http target with a host name, ``pinned_addresses`` set to the addresses it was verified at, or
     ``(job, cause)`` when the attempt must not be made — the target's verification is missing, failed
     or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed).
     The runner records such an attempt ``failed`` with the cause; the target is not called."""
     from .envelope import PayloadUnreadable, open_job_payload
 
-    refusal = await dispatch_refusal(store, job.target, now_us)
+    refusal, trust = await _checked(store, job.target, now_us)
     if refusal is not None:
         return job, f"not sent: {refusal}"
+    if trust is not None and needs_pin(job.target.url):
+        job = replace(job, pinned_addresses=trust.pinned)   # connect only where ownership was proved
     try:
         return await open_job_payload(store, job), None
     except PayloadUnreadable as exc:
@@ -178,13 +325,19 @@ __all__ = [
     "CHALLENGE_MAX_BYTES",
     "CHALLENGE_TIMEOUT_S",
     "DISPATCH_CACHE_S",
+    "MAX_PINNED_ADDRESSES",
+    "RESPONSE_KEY_LABEL",
     "VERIFICATION_TTL_S",
     "WELL_KNOWN",
     "admit",
     "challenge_url",
     "dispatch_refusal",
+    "expected_response",
     "fetch_challenge",
     "forget_cached",
+    "needs_pin",
+    "prove_ownership",
     "target_write_problem",
     "verification_problem",
+    "verification_response",
 ]

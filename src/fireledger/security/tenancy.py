@@ -29,7 +29,24 @@ def delete_tenant(store: Any, tenant_id: str, actor: str, now_us: int) -> dict[s
     """Delete a tenant now (see the module docstring); None when there is no such live tenant."""
     out: dict[str, int] | None = store.delete_tenant(tenant_id, actor, now_us)
     cipher_for(store).forget(tenant_id)
+    if out is not None:
+        scrub(store)
     return out
+
+
+def scrub(store: Any) -> bool:
+    """After a key is destroyed or rows purged: on SQLite, checkpoint the WAL with TRUNCATE so the old
+    pages (a wrapped key, purged rows) are in neither the WAL nor, with ``secure_delete``, free pages
+    of the database. PostgreSQL: nothing to do here (see docs/operations.md, "What shredding
+    reaches"). Never raises: a failure is logged and the next checkpoint finishes the job."""
+    try:
+        done: bool = store.engine.scrub_after_shred()
+    except Exception as exc:
+        log.warning("checkpoint after shredding failed (%s); the next checkpoint completes it", type(exc).__name__)
+        return False
+    if not done and store.engine_name == "sqlite":
+        log.warning("checkpoint after shredding was held back by readers; the next checkpoint completes it")
+    return done
 
 
 def purge(store: Any, now_us: int, grace_s: float = PURGE_GRACE_S, batch: int = 10) -> list[dict[str, Any]]:
@@ -39,6 +56,8 @@ def purge(store: Any, now_us: int, grace_s: float = PURGE_GRACE_S, batch: int = 
         got = store.purge_deleted_tenants(now_us - int(grace_s * 1_000_000), now_us, batch)
         done += got
         if len(got) < batch:
+            if done:
+                scrub(store)
             return done
 
 
@@ -56,4 +75,4 @@ async def purge_loop(store: Any, *, every_s: float = PURGE_EVERY_S, grace_s: flo
         await asyncio.sleep(every_s)
 
 
-__all__ = ["PURGE_EVERY_S", "PURGE_GRACE_S", "delete_tenant", "purge", "purge_loop"]
+__all__ = ["PURGE_EVERY_S", "PURGE_GRACE_S", "delete_tenant", "purge", "purge_loop", "scrub"]

@@ -216,6 +216,12 @@ class Engine(ABC):
     def close(self) -> None:
         """Close every connection this engine opened."""
 
+    def scrub_after_shred(self) -> bool:
+        """After destroying keys or purging rows: push the old page images out of places the engine
+        keeps them. True when done; the base (PostgreSQL) does nothing and returns False — dead tuples
+        stay until VACUUM, and WAL archives and backups are out of reach (docs/operations.md)."""
+        return False
+
 
 class SqliteEngine(Engine):
     name = "sqlite"
@@ -274,6 +280,9 @@ class SqliteEngine(Engine):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # Deleted content (a destroyed tenant key, purged rows) is overwritten, not left in free
+        # pages (crypto-shredding; docs/decisions/0081).
+        conn.execute("PRAGMA secure_delete = ON")
         with self._lock:
             if self._checkpointer is not None:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
@@ -299,6 +308,22 @@ class SqliteEngine(Engine):
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         yield self.connection()
+
+    def scrub_after_shred(self, attempts: int = 20) -> bool:
+        """``PRAGMA wal_checkpoint(TRUNCATE)``: copy the WAL into the database (where
+        ``secure_delete`` has zeroed the freed content) and truncate the WAL to zero bytes, so the old
+        pages (a destroyed wrapped key) are in neither file. Readers of other processes can hold the
+        checkpoint back: tried ``attempts`` times (SQLite's busy handler waits between tries); False
+        when the WAL could not be truncated (the next checkpoint will)."""
+        conn = self.connection()
+        for _ in range(attempts):
+            try:
+                busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError:
+                busy = 1
+            if not busy:
+                return True
+        return False
 
     def close(self) -> None:
         t, self._checkpointer = self._checkpointer, None
@@ -386,7 +411,14 @@ def engine_for_url(url: str) -> Engine:
         parsed = urlparse(url)
         path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else parsed.path
         if not path:
-            raise StoreError("--db: a SQLite URL needs a path, e.g. sqlite:///./fireledger.db")
+            raise StoreError("--db: a SQLite URL needs a path, e.g. sqlite:///./.fireledger/fireledger.db")
+        from fireledger.statedir import StateDirError, ensure_state_dir, is_in_state_dir
+
+        if is_in_state_dir(path):   # the default store: its directory is the state directory (0700)
+            try:
+                ensure_state_dir()
+            except StateDirError as exc:
+                raise StoreError(str(exc)) from None
         return SqliteEngine(path)
     if url.startswith(("postgresql://", "postgres://")):
         return PostgresEngine(url)

@@ -19,6 +19,7 @@ Contracts:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -57,10 +58,12 @@ HISTORY_QUERIES: dict[str, str] = {
     "hist_tenant_desc": _TENANT_RANGE.format(states=_STATE_SLOTS)
     + "AND (scheduled_us, trigger_id, seq) < (:c_us, :c_tr, :c_seq) "
       "ORDER BY scheduled_us DESC, trigger_id DESC, seq DESC LIMIT :limit",
-    "hist_attempts_of_fire": (
-        "SELECT attempt, started_us, finished_us, result, http_status, error, node FROM attempts "
-        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
-        "AND seq = :seq ORDER BY attempt"
+    "hist_attempts_of_fires": (   # keys: a JSON array of [tenant_id, trigger_id, scheduled_us, seq]
+        "SELECT a.tenant_id, a.trigger_id, a.scheduled_us, a.seq, a.attempt, a.started_us, a.finished_us, "
+        "a.result, a.http_status, a.error, a.node FROM json_each(:keys) j JOIN attempts a "
+        "ON a.tenant_id = json_extract(j.value, '$[0]') AND a.trigger_id = json_extract(j.value, '$[1]') "
+        "AND a.scheduled_us = json_extract(j.value, '$[2]') AND a.seq = json_extract(j.value, '$[3]') "
+        "ORDER BY a.tenant_id, a.trigger_id, a.scheduled_us, a.seq, a.attempt"
     ),
     "hist_lateness": (
         "SELECT dispatched_us - scheduled_us FROM fires WHERE tenant_id = :tenant_id "
@@ -142,7 +145,13 @@ HISTORY_QUERIES: dict[str, str] = {
 #: SQLite would otherwise scan the whole due index grouped by partition; the unary ``+`` makes it
 #: take the (normally tiny) range of rows already due instead. PostgreSQL plans this by itself.
 _OVERRIDES = {"sqlite": {"hist_due_by_partition": (
-    "SELECT partition, MIN(next_us) FROM due WHERE next_us <= :now_us GROUP BY +partition")}}
+    "SELECT partition, MIN(next_us) FROM due WHERE next_us <= :now_us GROUP BY +partition")},
+    "postgres": {"hist_attempts_of_fires": (
+        "SELECT a.tenant_id, a.trigger_id, a.scheduled_us, a.seq, a.attempt, a.started_us, a.finished_us, "
+        "a.result, a.http_status, a.error, a.node FROM jsonb_array_elements(CAST(:keys AS jsonb)) j "
+        "JOIN attempts a ON a.tenant_id = j->>0 AND a.trigger_id = j->>1 "
+        "AND a.scheduled_us = CAST(j->>2 AS bigint) AND a.seq = CAST(j->>3 AS bigint) "
+        "ORDER BY a.tenant_id, a.trigger_id, a.scheduled_us, a.seq, a.attempt")}}
 
 queries.register(HISTORY_QUERIES, _OVERRIDES)
 
@@ -252,18 +261,16 @@ class HistoryMixin:
 
     def _attach_attempts(self, c: Any, fires: list[Fire], *, sparse: bool = False) -> list[Fire]:
         """Attach attempts: one range query per trigger on the page, or, for a ``sparse`` page (a
-        state filter skips most fires in between), one point query per fire that was attempted."""
-        if sparse:
-            out = []
-            for f in fires:
-                if not (f.attempts or f.dispatched_us is not None):
-                    out.append(f)
-                    continue
-                rows = c.execute(self.q["hist_attempts_of_fire"], {
-                    "tenant_id": f.tenant_id, "trigger_id": f.trigger_id, "scheduled_us": f.scheduled_us,
-                    "seq": f.seq}).fetchall()
-                out.append(replace(f, attempt_list=tuple(Attempt(*r) for r in rows)))
-            return out
+        state filter skips most fires in between), one query for the attempted fires by their keys."""
+        if sparse:   # one statement for the page's attempted fires, by their keys
+            keys = [[f.tenant_id, f.trigger_id, f.scheduled_us, f.seq] for f in fires
+                    if f.attempts or f.dispatched_us is not None]
+            found: dict[tuple[str, str, int, int], list[Attempt]] = {}
+            if keys:
+                for r in c.execute(self.q["hist_attempts_of_fires"], {"keys": json.dumps(keys)}).fetchall():
+                    found.setdefault((str(r[0]), str(r[1]), int(r[2]), int(r[3])), []).append(Attempt(*r[4:]))
+            return [replace(f, attempt_list=tuple(found.get((f.tenant_id, f.trigger_id, f.scheduled_us, f.seq), ())))
+                    if (f.attempts or f.dispatched_us is not None) else f for f in fires]
         spans: dict[tuple[str, str], list[int]] = {}
         for f in fires:
             if f.attempts or f.dispatched_us is not None:

@@ -156,6 +156,11 @@ QUERIES: dict[str, str] = {
         "AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us AND seq = :seq "
         "AND lease_owner = :owner AND state = 'dispatching'"
     ),
+    "unsealed_target_secrets": (
+        "SELECT id, tenant_id, secret FROM targets WHERE substr(secret, 1, 7) <> 'flsec1.' AND secret <> '' "
+        "AND id > :after ORDER BY id LIMIT :limit"
+    ),
+    "replace_target_secret": "UPDATE targets SET secret = :new WHERE id = :id AND secret = :old",
     "targets_by_ids": (
         "SELECT id, tenant_id, kind, url, secret, verification_state, verification_token, created_us "
         "FROM targets WHERE id = :id"

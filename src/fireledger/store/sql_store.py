@@ -35,6 +35,7 @@ from fireledger.domain.model import (
 )
 
 from .backfill import BackfillMixin
+from .console import ConsoleMixin
 from .dispatching import DispatchingMixin
 from .engine import Engine, SchemaError, SqliteEngine, StoreError, engine_for_url, migration_files
 from .gaps import GapsMixin
@@ -42,7 +43,7 @@ from .history import HistoryMixin
 from .leases import LeasesMixin
 from .overlap import OverlapMixin
 from .reports import ReportsMixin
-from .trust import TrustMixin
+from .trust import AUDIT_KEYED_MIGRATION, TrustMixin
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ def _version(row: Sequence[Any]) -> TriggerVersion:
 
 
 class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, BackfillMixin, ReportsMixin,
-               OverlapMixin, GapsMixin):
+               OverlapMixin, GapsMixin, ConsoleMixin):
     """The state of record. Thread-safe: each thread uses its own connection."""
 
     def __init__(self, engine: Engine) -> None:
@@ -172,6 +173,8 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                 else:
                     c.execute("SET LOCAL statement_timeout = 0")   # a migration may rewrite a big table
                     c.execute(sql)
+                if version == AUDIT_KEYED_MIGRATION:
+                    self._seal_legacy_audit(c, now_us)   # unkeyed rows sealed by a keyed row (0090)
                 c.execute("INSERT INTO schema_migrations (version, applied_us) VALUES (:v, :n)"
                           if self.engine.name == "sqlite" else
                           "INSERT INTO schema_migrations (version, applied_us) VALUES (%(v)s, %(n)s)",
@@ -231,10 +234,35 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
 
     # --- targets --------------------------------------------------------------------------------
 
+    def sealed_secret(self, t: Target) -> str:
+        """``t.secret`` in its stored form: sealed under the tenant's data key (a plaintext
+        ``whsec_`` secret is sealed here; anything else that is not sealed is refused), so no write
+        stores a signing secret in plaintext (fireledger.security.envelope)."""
+        from fireledger.security.envelope import is_sealed_secret, seal_secret
+
+        if is_sealed_secret(t.secret):
+            return t.secret
+        if not t.secret.startswith("whsec_"):
+            raise ValueError("secret: a target's signing secret must be a whsec_ secret or sealed")
+        return seal_secret(self, t.tenant_id, t.id, t.secret)
+
+    def unsealed_target_secrets(self, after: str, limit: int) -> list[tuple[str, str, str]]:
+        """``(target id, tenant id, secret)`` of rows whose secret is still plaintext, by id after ``after``."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["unsealed_target_secrets"], {"after": after, "limit": limit}).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def replace_target_secret(self, target_id: str, old: str, new: str) -> bool:
+        """Compare-and-set a target's stored secret; True when this call changed it."""
+        with self.engine.write() as c:
+            cur = c.execute(self.q["replace_target_secret"], {"id": target_id, "old": old, "new": new})
+            return bool(cur.rowcount)
+
     def create_target(self, t: Target) -> None:
+        secret = self.sealed_secret(t)
         with self.engine.write() as c:
             c.execute(self.q["insert_target"], {
-                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": t.secret,
+                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": secret,
                 "verification_state": t.verification_state, "verification_token": t.verification_token,
                 "created_us": t.created_us})
 

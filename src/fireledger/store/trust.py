@@ -3,11 +3,17 @@ principals of a tenant, target ownership verification, tenant data keys, tenant 
 
 Contracts:
 
-* **Audit is append-only and hash-chained.** Each row carries ``prev_hash`` (the previous row's
-  ``hash``; 64 zeros before the first) and ``hash = sha256(canonical JSON of [seq, tenant_id, actor,
-  action, at_us, prior, new, prev_hash])``. ``audit_head`` (one row) holds the last seq and hash: it
-  anchors the chain's tail and serialises appends (``FOR UPDATE`` on PostgreSQL; SQLite write
-  transactions are exclusive). Database triggers refuse UPDATE/DELETE on ``audit`` (migration 0004).
+* **Audit is append-only and chained under a key.** Each row carries ``prev_hash`` (the previous
+  row's ``hash``; 64 zeros before the first) and ``hash = HMAC-SHA256(audit key, canonical JSON of
+  [seq, tenant_id, actor, action, at_us, prior, new, prev_hash])`` (:func:`chain_mac`). The audit key
+  is derived from the deployment's KEK (label :data:`AUDIT_KEY_LABEL`), which lives in a file or the
+  environment, never in the database: a database writer cannot recompute the chain. Rows written
+  before migration 0011 carry the old unkeyed SHA-256 (:func:`chain_hash`); migration 0011 seals
+  them with one keyed ``audit.seal`` row naming their count and head hash (decision 0090).
+  ``audit_head`` (one row) holds the last seq and hash: it anchors the chain's tail and serialises
+  appends (``FOR UPDATE`` on PostgreSQL; SQLite write transactions are exclusive). Database triggers
+  refuse UPDATE/DELETE on ``audit`` (migration 0004), and since 0011 refuse an insert that is not at
+  the head, a head that does not advance by one, and deleting the head.
   ``prior``/``new`` are canonical JSON text and never carry payloads, secrets or tokens.
 * **A privileged act and its audit row commit together** where this mixin performs the act
   (principals, targets, verification, tenant creation and deletion).
@@ -21,6 +27,7 @@ Contracts:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +38,12 @@ from fireledger.domain.model import Principal, Target, Tenant
 from . import queries
 
 GENESIS_HASH = "0" * 64
+#: The purpose label of the audit chain's key (:func:`fireledger.security.derived.derived_key`).
+AUDIT_KEY_LABEL = "audit-chain"
+#: The migration that keys the chain; applying it seals any unkeyed rows (:meth:`TrustMixin._seal_legacy_audit`).
+AUDIT_KEYED_MIGRATION = 11
+#: The action of the keyed row that seals the unkeyed rows written before migration 0011.
+SEAL_ACTION = "audit.seal"
 DAY_US = 86_400_000_000
 #: Tables a purge keeps (``tenants`` is scrubbed, not deleted) or handles itself, in this order.
 _KEPT_TABLES = frozenset({"tenants", "audit", "audit_head", "fire_counts", "schema_migrations"})
@@ -75,12 +88,12 @@ TRUST_QUERIES: dict[str, str] = {
     "trust_count_targets": "SELECT COUNT(*) FROM targets WHERE tenant_id = :tenant_id AND deleted_us IS NULL",
     "trust_target": (
         "SELECT id, tenant_id, kind, url, verification_state, verification_token, verified_us, "
-        "verification_expires_us, verification_error, deleted_us FROM targets WHERE id = :id"
+        "verification_expires_us, verification_error, deleted_us, verified_addresses FROM targets WHERE id = :id"
     ),
     "trust_set_verification": (
         "UPDATE targets SET verification_state = :state, verified_us = :verified_us, "
-        "verification_expires_us = :expires_us, verification_error = :error "
-        "WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
+        "verification_expires_us = :expires_us, verification_error = :error, "
+        "verified_addresses = :addresses WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
     ),
     # --- triggers -------------------------------------------------------------------------------
     "trust_count_live_triggers": (
@@ -174,7 +187,9 @@ class AuditEntry:
 
 @dataclass(frozen=True, slots=True)
 class TargetTrust:
-    """A target's ownership-verification state (``expires_us`` None: never lapses)."""
+    """A target's ownership-verification state (``expires_us`` None: never lapses). ``addresses``:
+    for a plain-http target with a host name, the addresses that answered its challenge (the only
+    ones an attempt may connect to; decision 0089), space-separated; None otherwise."""
 
     id: str
     tenant_id: str
@@ -186,6 +201,12 @@ class TargetTrust:
     expires_us: int | None
     error: str | None
     deleted_us: int | None
+    addresses: str | None = None
+
+    @property
+    def pinned(self) -> frozenset[str] | None:
+        """:attr:`addresses` as a set (None when none are recorded)."""
+        return None if self.addresses is None else frozenset(self.addresses.split())
 
 
 def _loads(text: str | None) -> Any:
@@ -199,12 +220,28 @@ def canonical(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _material(seq: int, tenant_id: str | None, actor: str, action: str, at_us: int, prior: str | None,
+              new: str | None, prev_hash: str) -> bytes:
+    return json.dumps([seq, tenant_id, actor, action, at_us, prior, new, prev_hash],
+                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
 def chain_hash(seq: int, tenant_id: str | None, actor: str, action: str, at_us: int, prior: str | None,
                new: str | None, prev_hash: str) -> str:
-    """The hash a row must carry: SHA-256 over the canonical JSON of its content and ``prev_hash``."""
-    material = json.dumps([seq, tenant_id, actor, action, at_us, prior, new, prev_hash],
-                          separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+    """The *unkeyed* hash of rows written before migration 0011 (SHA-256 over the canonical JSON of
+    a row's content and ``prev_hash``). Anyone can compute it: verification accepts it only for the
+    rows that the keyed seal row covers."""
+    return hashlib.sha256(_material(seq, tenant_id, actor, action, at_us, prior, new, prev_hash)).hexdigest()
+
+
+def chain_mac(key: bytes, seq: int, tenant_id: str | None, actor: str, action: str, at_us: int,
+              prior: str | None, new: str | None, prev_hash: str) -> str:
+    """The keyed link a row carries since migration 0011: HMAC-SHA256 under the audit key over the
+    same canonical JSON as :func:`chain_hash` (64 hex digits, so the row shape is unchanged)."""
+    if len(key) < 32:
+        raise ValueError("key: the audit key must be at least 32 bytes")
+    return hmac.new(key, _material(seq, tenant_id, actor, action, at_us, prior, new, prev_hash),
+                    hashlib.sha256).hexdigest()
 
 
 def _principal(row: Sequence[Any]) -> Principal:
@@ -220,21 +257,68 @@ class TrustMixin:
 
     engine: Any
     q: dict[str, str]
+    _audit_key: bytes | None = None
 
     # --- audit ----------------------------------------------------------------------------------
+
+    @property
+    def audit_key(self) -> bytes:
+        """The audit chain's key: set by :meth:`set_audit_key`, else derived from the deployment's
+        KEK (``derived_key(store, "audit-chain")``; raises ``KekError`` when there is no KEK — an
+        audited act then fails rather than writing a row a database writer could forge)."""
+        key = self._audit_key
+        if key is None:
+            from fireledger.security.derived import derived_key  # the key lives outside the store
+
+            key = self._audit_key = derived_key(self, AUDIT_KEY_LABEL)
+        return key
+
+    def set_audit_key(self, key: bytes) -> None:
+        """Use ``key`` (32+ bytes) for the audit chain instead of the KEK-derived one."""
+        if len(key) < 32:
+            raise ValueError("key: the audit key must be at least 32 bytes")
+        self._audit_key = key
 
     def _append_audit(self, c: Any, tenant_id: str | None, actor: str, action: str, at_us: int,
                       prior: Any = None, new: Any = None) -> AuditEntry:
         """Append one row inside the caller's write transaction (the head row is locked first)."""
+        key = self.audit_key   # before the lock: a missing KEK fails without holding the head
         seq, prev = c.execute(self.q["audit_head_lock"]).fetchone()
         seq = int(seq) + 1
         p, n = canonical(prior), canonical(new)
-        h = chain_hash(seq, tenant_id, actor, action, at_us, p, n, prev)
+        h = chain_mac(key, seq, tenant_id, actor, action, at_us, p, n, prev)
         c.execute(self.q["audit_insert"], {"seq": seq, "tenant_id": tenant_id, "actor": actor,
                                            "action": action, "at_us": at_us, "prior": p, "new": n,
                                            "prev_hash": prev, "hash": h})
         c.execute(self.q["audit_head_set"], {"seq": seq, "hash": h})
         return AuditEntry(seq, tenant_id, actor, action, at_us, p, n, prev, h)
+
+    def _seal_legacy_audit(self, c: Any, now_us: int) -> AuditEntry | None:
+        """Inside the transaction applying migration 0011: when unkeyed rows exist, append the keyed
+        ``audit.seal`` row naming their count and the head hash (its ``prev_hash``), so they can no
+        longer be rewritten without the key. ``at_us`` is ``now_us``, or the last sealed row's instant
+        when the caller gives none. None when the chain is empty (nothing to seal).
+
+        The KEK must already exist here (it is never created by an upgrade: a new key would seal the
+        old rows under a key the rest of the deployment does not hold); without one this raises
+        ``KekError`` and the migration's transaction, 0011 included, is rolled back."""
+        seq, prev = c.execute(self.q["audit_head_lock"]).fetchone()
+        if int(seq) == 0:
+            return None
+        if self._audit_key is None:
+            from fireledger.security.derived import derive_from
+            from fireledger.security.envelope import KekError, load_kek
+
+            try:
+                kek = load_kek(self)
+            except KekError as exc:
+                raise KekError(f"migration 0011 seals the {int(seq)} existing audit rows under the audit key, "
+                               f"derived from the key-encryption key: {exc}") from None
+            self._audit_key = derive_from(kek, AUDIT_KEY_LABEL)
+        last = c.execute(self.q["audit_rows"], {"after": int(seq) - 1, "limit": 1}).fetchone()
+        at_us = now_us or (int(last[4]) if last is not None else 0)
+        return self._append_audit(c, None, "system:upgrade", SEAL_ACTION, at_us, None,
+                                  {"sealed_rows": int(seq), "sealed_hash": str(prev), "scheme": "hmac-sha256"})
 
     def append_audit(self, tenant_id: str | None, actor: str, action: str, at_us: int,
                      prior: Any = None, new: Any = None) -> AuditEntry:
@@ -343,10 +427,12 @@ class TrustMixin:
             return int(c.execute(self.q["trust_count_targets"], {"tenant_id": tenant_id}).fetchone()[0])
 
     def create_target_audited(self, t: Target, actor: str) -> None:
-        """Insert a target and audit it (URL and kind only: never the secret), in one transaction."""
+        """Insert a target and audit it (URL and kind only: never the secret), in one transaction.
+        The secret is stored sealed (:meth:`SqlStore.sealed_secret`)."""
+        secret = self.sealed_secret(t)  # type: ignore[attr-defined]
         with self.engine.write() as c:
             c.execute(self.q["insert_target"], {
-                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": t.secret,
+                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": secret,
                 "verification_state": t.verification_state, "verification_token": t.verification_token,
                 "created_us": t.created_us})
             self._append_audit(c, t.tenant_id, actor, "target.create", t.created_us, None,
@@ -376,22 +462,25 @@ class TrustMixin:
         return TargetTrust(*row) if row else None
 
     def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
-                                expires_us: int | None, error: str | None, actor: str, now_us: int) -> bool:
+                                expires_us: int | None, error: str | None, actor: str, now_us: int,
+                                addresses: Sequence[str] | None = None) -> bool:
         """Record a verification outcome (and audit the change of state), in one transaction.
-        False when the tenant has no such live target."""
+        ``addresses``: the addresses a plain-http target's host name was verified at (the dispatch
+        pin; None for others). False when the tenant has no such live target."""
+        pinned = None if addresses is None else " ".join(sorted(set(addresses)))
         with self.engine.write() as c:
             row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
             if row is None or row[1] != tenant_id or row[9] is not None:
                 return False
             n = c.execute(self.q["trust_set_verification"], {
                 "state": state, "verified_us": verified_us, "expires_us": expires_us, "error": error,
-                "tenant_id": tenant_id, "id": target_id}).rowcount
+                "addresses": pinned, "tenant_id": tenant_id, "id": target_id}).rowcount
             if n != 1:
                 return False
             self._append_audit(c, tenant_id, actor, "target.verify", now_us,
                                {"target_id": target_id, "state": row[4], "expires_us": row[7]},
                                {"target_id": target_id, "state": state, "expires_us": expires_us,
-                                "error": error})
+                                "error": error, **({"addresses": pinned} if pinned is not None else {})})
         return True
 
     # --- triggers -------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ from typing import Annotated, Any
 
 import typer
 
+from fireledger.statedir import default_db_url
+
+DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledger.statedir)
 _DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
 Db = Annotated[str, typer.Option("--db", help=_DB_HELP, envvar="FIRELEDGER_DB")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
@@ -68,7 +71,7 @@ def _progress() -> Any:
 
 
 @due_index_app.command("rebuild")
-def rebuild_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False) -> None:
+def rebuild_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     """Replace the due index with the rows the registry and the ledger imply (one transaction per
     partition; safe while timing nodes run)."""
     from fireledger.timing.shadow import rebuild, rebuild_partitions
@@ -95,7 +98,7 @@ def rebuild_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False) -
 
 
 @due_index_app.command("report")
-def report_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False,
+def report_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False,
                limit: Annotated[int, typer.Option("--limit", help="Divergent rows to list (0-100000).")] = 50) -> None:
     """The shadow rebuilder's latest report: per partition when it was checked and what diverged."""
     from fireledger.cli import fail
@@ -150,7 +153,7 @@ def report_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False,
 
 
 @partitions_app.command("show")
-def partitions_show_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False) -> None:
+def partitions_show_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     """The partition count, who holds the leases, and how much is left to repartition."""
     from fireledger.clock import SystemClock
 
@@ -184,7 +187,7 @@ def partitions_show_cmd(db: Db = "sqlite:///./fireledger.db", as_json: AsJson = 
 
 @partitions_app.command("set")
 def partitions_set_cmd(count: Annotated[int, typer.Argument(help="The new partition count (1-65536).")],
-                       db: Db = "sqlite:///./fireledger.db", as_json: AsJson = False,
+                       db: Db = DEFAULT_DB, as_json: AsJson = False,
                        batch: Annotated[int, typer.Option(
                            "--batch", help="Triggers per transaction (1-10000).")] = 1000) -> None:
     """Change the partition count on a running cluster: record it, resize the lease and shadow

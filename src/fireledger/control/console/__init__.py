@@ -2,10 +2,12 @@
 
 Pages (all under ``/console``, all read only, all scoped to the signed-in tenant):
 
-* ``/console/login`` — sign in with a token (the one ``fireledger tenant create`` prints). The token
-  is kept in a cookie that is ``HttpOnly`` (no script can read it), ``SameSite=Strict`` (no other
-  site can make the browser send it: no CSRF) and ``Path=/console``; ``Secure`` when served over
-  HTTPS. ``POST /console/logout`` clears it. The token must carry the ``reader`` role.
+* ``/console/login`` — sign in with a token (the one ``fireledger tenant create`` prints; it must
+  carry the ``reader`` role). The token is checked once and never kept: the console opens a
+  server-side session (:mod:`fireledger.store.console`, decision 0084) and the cookie holds only
+  its random id — ``HttpOnly``, ``SameSite=Strict``, ``Path=/console``, 8 h, ``Secure`` when the
+  console is public over HTTPS (:func:`cookie_secure`). Revoking the principal, deleting the tenant
+  or ``POST /console/logout`` ends the session in every control process.
 * ``/console/`` — the tenant overview: triggers by state, fires of the last 24 h by state, the oldest
   fire still waiting, and triggers that need attention.
 * ``/console/triggers`` — every trigger with its state, next instants and recent health.
@@ -13,16 +15,28 @@ Pages (all under ``/console``, all read only, all scoped to the signed-in tenant
   preview code), a lateness chart (inline SVG) over a chosen window, fire history with causes.
 * ``/console/fires/{key}`` — the story of one fire (the same text as ``fireledger why``).
 
+CSRF (decision 0084): every POST form carries a ``csrf`` field. The sign-in form's is bound to a
+pre-session nonce in its own cookie (``Path=/console/login``, a double submit whose field is a hash
+of the nonce); the sign-out form's is bound to the session. A POST whose token does not match, or
+whose ``Sec-Fetch-Site`` says another site sent it, changes nothing. Each page costs a fixed number
+of store queries whatever the number of triggers.
+
 Every response carries a strict Content-Security-Policy (no script at all, styles from
 ``/console/static/console.css`` only), ``no-store`` caching and ``frame-ancestors 'none'``.
-Payloads are never read, let alone shown (DESIGN.md invariant 14).
+Payloads are never read, let alone shown (DESIGN.md invariant 14). Request bodies are capped by
+:mod:`fireledger.control.bodylimit` (4 KiB under ``/console``) before these routes run.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import os
+import secrets
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
@@ -31,7 +45,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import Fire, Principal, Trigger
+from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, preview
 
 from ..auth import hash_token
@@ -47,9 +61,18 @@ from ..views import policy_fields
 
 COOKIE = "fireledger_console"
 COOKIE_MAX_AGE_S = 8 * 3600
+#: The sign-in form's pre-session nonce (double-submit CSRF), sent back to ``/console/login`` only.
+LOGIN_COOKIE = "fireledger_console_login"
+LOGIN_COOKIE_MAX_AGE_S = 3600
 PREFIX = "/console"
+PUBLIC_URL_ENV = "FIRELEDGER_PUBLIC_URL"
+#: ``Sec-Fetch-Site`` values a console POST may carry (absent: a client that does not send it).
+_SAME_SITE = frozenset({"same-origin", "none"})
 HISTORY_PAGE = 50
 HEALTH_N = 10
+#: Triggers on the list page, and triggers the overview checks for attention (bounded pages).
+LIST_TRIGGERS = 500
+ATTENTION_TRIGGERS = 200
 WINDOWS: dict[str, int] = {"1h": 3600 * 1_000_000, "24h": DAY_US, "7d": 7 * DAY_US, "30d": 30 * DAY_US}
 STATES = ("pending", "dispatching", "held", "delivered", "failed", "unknown", "expired", "skipped")
 SECURITY_HEADERS = {
@@ -76,18 +99,88 @@ def _ctx(request: Request) -> ApiContext:
 
 
 def _render(name: str, status: int = 200, **values: Any) -> HTMLResponse:
+    values.setdefault("csrf", "")
     html = _env.get_template(name).render(prefix=PREFIX, **values)
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
 
+def _digest(purpose: str, secret: str) -> str:
+    """A one-way, purpose-separated digest of a secret (session id or login nonce), base64url."""
+    raw = hashlib.sha256(f"fireledger/console-{purpose}/v1\x00{secret}".encode()).digest()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def session_hash(session_id: str) -> str:
+    """What the store keeps of a session id (a database reader cannot sign in with it)."""
+    return _digest("session", session_id)
+
+
+def csrf_token(purpose: str, secret: str) -> str:
+    """The CSRF token of a form: ``purpose`` ``login`` (bound to the login nonce) or ``session``
+    (bound to the session id). Distinct from :func:`session_hash`, so the stored hash is no token."""
+    return _digest(f"csrf-{purpose}", secret)
+
+
+def _cookie_value(request: Request, name: str) -> str | None:
+    value = request.cookies.get(name)
+    if not value or len(value) > 128:
+        return None
+    return value
+
+
+def _session_id(request: Request) -> str | None:
+    return _cookie_value(request, COOKIE)
+
+
 def _principal(request: Request) -> Principal:
-    token = request.cookies.get(COOKIE)
-    if not token or len(token) > 512:
+    session_id = _session_id(request)
+    if session_id is None:
         raise _SignIn()
-    principal = _ctx(request).store.principal_by_token_hash(hash_token(token))
+    ctx = _ctx(request)
+    principal = ctx.store.console_session(session_hash(session_id), ctx.now_us())
     if principal is None or "reader" not in principal.roles:
         raise _SignIn()
+    request.state.console_csrf = csrf_token("session", session_id)
     return principal
+
+
+def _csrf(request: Request) -> str:
+    """The signed-in page's sign-out token (set by :func:`_principal`)."""
+    return str(getattr(request.state, "console_csrf", ""))
+
+
+def public_url_from_env(env: dict[str, str] | None = None) -> str | None:
+    """``FIRELEDGER_PUBLIC_URL`` (the console's address as browsers see it), checked: ``http`` or
+    ``https`` with a host. Raises ``ValueError`` naming the variable; unset or empty is ``None``."""
+    raw = ((env if env is not None else os.environ).get(PUBLIC_URL_ENV) or "").strip()
+    if not raw:
+        return None
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ValueError(f"{PUBLIC_URL_ENV}: {raw!r} is not an http:// or https:// URL with a host "
+                         "(e.g. https://fireledger.example.com)")
+    return raw
+
+
+def cookie_secure(request: Request) -> bool:
+    """Whether console cookies carry ``Secure``: by ``FIRELEDGER_PUBLIC_URL``'s scheme when it is
+    set; otherwise by the scheme of the request as the server saw it (``https`` only when TLS ends
+    at this server, or at a proxy listed in ``FIRELEDGER_TRUSTED_PROXIES`` that says so)."""
+    public: str | None = getattr(request.app.state, "console_public_url", None)
+    if public is not None:
+        return public.startswith("https:")
+    return request.url.scheme == "https"
+
+
+def _cross_site(request: Request) -> bool:
+    """A browser says another site (or a sibling subdomain) sent this request."""
+    site = request.headers.get("sec-fetch-site")
+    return site is not None and site.lower() not in _SAME_SITE
+
+
+def _form(body: bytes) -> dict[str, str]:
+    fields = parse_qs(body.decode("latin-1"), max_num_fields=8)
+    return {k: v[0] for k, v in fields.items() if v}
 
 
 def _when(us: int | None) -> str:
@@ -121,12 +214,10 @@ _DST_NOTES = {
 }
 
 
-def _upcoming(ctx: ApiContext, trigger: Trigger, count: int) -> list[dict[str, str]]:
-    """The next instants after now by the timing loop's own code, each with its wall time and DST note."""
-    if trigger.state.value != "active":
-        return []
-    v = ctx.store.get_version(trigger.id, trigger.current_version)
-    if v is None:
+def _upcoming(ctx: ApiContext, trigger: Trigger, v: TriggerVersion | None, count: int) -> list[dict[str, str]]:
+    """The next instants after now by the timing loop's own code, each with its wall time and DST
+    note (``v``: the trigger's current version, already read; nothing is read here)."""
+    if trigger.state.value != "active" or v is None:
         return []
     try:
         rec = recurrence_of(v)
@@ -198,33 +289,62 @@ def root() -> Response:
 @router.get("/login")
 def login_page(request: Request, error: str | None = None) -> Response:
     message = {"token": "That token is not valid, or it cannot read history.",
-               "form": "Paste a token to sign in."}.get(error or "", "")
-    return _render("login.html", message=message, signed_in=False)
+               "form": "Paste a token to sign in.",
+               "expired": "The sign-in form expired; please try again."}.get(error or "", "")
+    nonce = _cookie_value(request, LOGIN_COOKIE) or secrets.token_urlsafe(32)
+    resp = _render("login.html", message=message, signed_in=False, csrf=csrf_token("login", nonce))
+    resp.set_cookie(LOGIN_COOKIE, nonce, max_age=LOGIN_COOKIE_MAX_AGE_S, path=f"{PREFIX}/login", httponly=True,
+                    samesite="strict", secure=cookie_secure(request))
+    return resp
+
+
+def _to_login(error: str) -> Response:
+    return RedirectResponse(f"{PREFIX}/login?error={error}", status_code=303, headers=SECURITY_HEADERS)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    body = await request.body()
-    if len(body) > 4096:
-        return RedirectResponse(f"{PREFIX}/login?error=form", status_code=303, headers=SECURITY_HEADERS)
-    token = (parse_qs(body.decode("latin-1")).get("token") or [""])[0].strip()
+    """Check the token once, open a session, set its cookie; the token itself is not kept."""
+    form = _form(await request.body())   # at most 4 KiB (bodylimit)
+    nonce = _cookie_value(request, LOGIN_COOKIE)
+    sent = form.get("csrf", "")
+    if _cross_site(request) or nonce is None or not hmac.compare_digest(sent, csrf_token("login", nonce)):
+        return _to_login("expired")
+    token = form.get("token", "").strip()
     if not token or len(token) > 512:
-        return RedirectResponse(f"{PREFIX}/login?error=form", status_code=303, headers=SECURITY_HEADERS)
-    store = _ctx(request).store
-    principal = await anyio.to_thread.run_sync(store.principal_by_token_hash, hash_token(token))
+        return _to_login("form")
+    ctx = _ctx(request)
+    principal = await anyio.to_thread.run_sync(ctx.store.principal_by_token_hash, hash_token(token))
     if principal is None or "reader" not in principal.roles:
-        return RedirectResponse(f"{PREFIX}/login?error=token", status_code=303, headers=SECURITY_HEADERS)
+        return _to_login("token")
+    session_id = secrets.token_urlsafe(32)
+    now = ctx.now_us()
+    await anyio.to_thread.run_sync(ctx.store.create_console_session, session_hash(session_id), principal, now,
+                                   now + COOKIE_MAX_AGE_S * 1_000_000)
+    old = _session_id(request)
+    if old is not None:   # signing in again replaces the session this browser had
+        await anyio.to_thread.run_sync(ctx.store.end_console_session, session_hash(old))
+    secure = cookie_secure(request)
     resp = RedirectResponse(f"{PREFIX}/", status_code=303, headers=SECURITY_HEADERS)
-    resp.set_cookie(COOKIE, token, max_age=COOKIE_MAX_AGE_S, path=PREFIX, httponly=True, samesite="strict",
-                    secure=request.url.scheme == "https")
+    resp.set_cookie(COOKIE, session_id, max_age=COOKIE_MAX_AGE_S, path=PREFIX, httponly=True, samesite="strict",
+                    secure=secure)
+    resp.delete_cookie(LOGIN_COOKIE, path=f"{PREFIX}/login", httponly=True, samesite="strict", secure=secure)
     return resp
 
 
 @router.post("/logout")
-def logout(request: Request) -> Response:
+async def logout(request: Request) -> Response:
+    """End the session (its row is deleted: the cookie is worthless everywhere) and clear the cookie.
+    A request without the session's CSRF token changes nothing (403)."""
+    session_id = _session_id(request)
+    if session_id is not None:
+        form = _form(await request.body())
+        if _cross_site(request) or not hmac.compare_digest(form.get("csrf", ""), csrf_token("session", session_id)):
+            return _render("error.html", 403, signed_in=False,
+                           message="That sign-out request did not come from this console; nothing changed.")
+        await anyio.to_thread.run_sync(_ctx(request).store.end_console_session, session_hash(session_id))
     resp = RedirectResponse(f"{PREFIX}/login", status_code=303, headers=SECURITY_HEADERS)
-    resp.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict",
-                       secure=request.url.scheme == "https")
+    resp.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict", secure=cookie_secure(request))
     return resp
 
 
@@ -252,8 +372,9 @@ def overview(request: Request) -> Response:
         oldest = {"key": fire_key(f), "scheduled": _when(f.scheduled_us),
                   "age": _secs((now - f.scheduled_us) / 1e6)}
     attention = []
-    for t in triggers[:200]:
-        recent = ctx.store.recent_states(principal.tenant_id, t.id, HEALTH_N, before_us=now + 1)
+    recent_of = ctx.store.console_recent_states(principal.tenant_id, ATTENTION_TRIGGERS, HEALTH_N, now + 1)
+    for t in triggers[:ATTENTION_TRIGGERS]:
+        recent = recent_of.get(t.id, [])
         bad = [s for s in recent if s in ("failed", "unknown", "expired")]
         if bad:
             attention.append({"id": t.id, "name": t.name, "bad": len(bad), "of": len(recent),
@@ -261,7 +382,7 @@ def overview(request: Request) -> Response:
     return _render("overview.html", signed_in=True, tenant=tenant.name if tenant else principal.tenant_id,
                    triggers_total=len(triggers), by_state=sorted(by_state.items()),
                    counts=[(s, counts.get(s, 0)) for s in STATES], total_24h=sum(counts.values()),
-                   oldest=oldest, attention=attention, now=_when(now))
+                   oldest=oldest, attention=attention, now=_when(now), csrf=_csrf(request))
 
 
 @router.get("/triggers")
@@ -270,15 +391,15 @@ def trigger_list(request: Request) -> Response:
     ctx = _ctx(request)
     now = ctx.now_us()
     rows = []
-    for t in ctx.store.ops_triggers(principal.tenant_id, limit=500):
-        v = ctx.store.get_version(t.id, t.current_version)
-        recent = ctx.store.recent_states(principal.tenant_id, t.id, HEALTH_N, before_us=now + 1)
+    recent_of = ctx.store.console_recent_states(principal.tenant_id, LIST_TRIGGERS, HEALTH_N, now + 1)
+    for t, v in ctx.store.console_triggers(principal.tenant_id, LIST_TRIGGERS):
+        recent = recent_of.get(t.id, [])
         delivered = sum(1 for s in recent if s == "delivered")
         rows.append({"id": t.id, "name": t.name, "state": t.state.value,
                      "schedule": _schedule_text(v.schedule) if v else "?",
-                     "next": [u["instant"] for u in _upcoming(ctx, t, 3)],
+                     "next": [u["instant"] for u in _upcoming(ctx, t, v, 3)],
                      "health": list(reversed(recent)), "health_text": f"{delivered}/{len(recent)} delivered"})
-    return _render("triggers.html", signed_in=True, rows=rows)
+    return _render("triggers.html", signed_in=True, rows=rows, csrf=_csrf(request))
 
 
 def _window(request: Request, now: int) -> tuple[str, int, int]:
@@ -294,7 +415,7 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
     ctx = _ctx(request)
     t = ctx.store.get_trigger(principal.tenant_id, trigger_id)
     if t is None:
-        return _render("error.html", 404, signed_in=True, message="No such trigger.")
+        return _render("error.html", 404, signed_in=True, message="No such trigger.", csrf=_csrf(request))
     v = ctx.store.get_version(t.id, t.current_version)
     now = ctx.now_us()
     window, lo, hi = _window(request, now)
@@ -321,10 +442,11 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
                                                    ("before", fire_key(fires[-1]))) if v})
     lateness = {k: _secs(summary[k]) for k in ("p50_s", "p90_s", "p99_s", "max_s")}
     return _render("trigger.html", signed_in=True, t=t, v=v, schedule=_schedule_text(v.schedule) if v else "?",
-                   upcoming=_upcoming(ctx, t, 10), window=window, windows=list(WINDOWS),
+                   upcoming=_upcoming(ctx, t, v, 10), window=window, windows=list(WINDOWS),
                    count=summary["count"], lateness=lateness, chart=_chart(summary),
                    states_in_window=sorted(states_in_window.items()), fires=[_fire_row(f) for f in fires],
-                   state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None)
+                   state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None,
+                   csrf=_csrf(request))
 
 
 @router.get("/fires/{key}")
@@ -337,16 +459,18 @@ def fire_page(request: Request, key: str) -> Response:
         fk = None
     fire = ctx.store.get_fire(fk) if fk is not None and fk.tenant_id == principal.tenant_id else None
     if fire is None:
-        return _render("error.html", 404, signed_in=True, message="No such fire.")
+        return _render("error.html", 404, signed_in=True, message="No such fire.", csrf=_csrf(request))
     t = ctx.store.get_trigger(principal.tenant_id, fire.trigger_id)
     v = ctx.store.get_version(fire.trigger_id, fire.version)
     story = fire_story(fire, t, v, now_us=ctx.now_us())
     return _render("fire.html", signed_in=True, key=key, f=_fire_row(fire), story=story,
-                   trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id)
+                   trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id, csrf=_csrf(request))
 
 
-def mount(app: FastAPI) -> None:
-    """Add the console to ``app`` (its pages answer a redirect to the login without a session)."""
+def mount(app: FastAPI, public_url: str | None = None) -> None:
+    """Add the console to ``app`` (its pages answer a redirect to the login without a session).
+    ``public_url`` defaults to ``FIRELEDGER_PUBLIC_URL`` (a malformed value raises ``ValueError``)."""
+    app.state.console_public_url = public_url if public_url is not None else public_url_from_env()
 
     @app.exception_handler(_SignIn)
     async def _to_login(_request: Request, _exc: _SignIn) -> Response:
@@ -356,4 +480,5 @@ def mount(app: FastAPI) -> None:
     app.include_router(router)
 
 
-__all__ = ["COOKIE", "PREFIX", "mount", "router"]
+__all__ = ["COOKIE", "LOGIN_COOKIE", "PREFIX", "PUBLIC_URL_ENV", "cookie_secure", "csrf_token", "mount",
+           "public_url_from_env", "router", "session_hash"]
