@@ -41,7 +41,7 @@ def test_create_returns_the_view_with_the_literal_next_instant(api: Api) -> None
         "schedule": {"cron": "0 0 9 * * 1-5", "zone": "Europe/Paris"}, "target_id": tg["id"],
         "missed_fire_policy": "fire-once-now", "catchup_horizon": "1h", "overlap_policy": "allow",
         "outcome_window": "1h", "jitter": "10s", "timeout": "30s",
-        "next_instant": "2026-03-30T07:00:00Z", "tzdata_version": TZDATA_VERSION,
+        "next_instant": "2026-03-30T07:00:00Z", "pause_reason": None, "tzdata_version": TZDATA_VERSION,
         "created_at": "2026-03-27T12:00:00Z", "updated_at": "2026-03-27T12:00:00Z",
     }
     assert "payload" not in t

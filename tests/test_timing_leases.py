@@ -180,14 +180,14 @@ def test_a_partition_released_between_plan_and_commit_is_not_committed(store):
     a = LeaseManager(store, clock, "a", SET)
     a.cycle()
     loop = TimingLoop(store, clock, "a", leases=a)
-    plan = loop.plan
+    plan = loop.plan_batch
 
-    def plan_then_lose(rows, earliest):
-        out = plan(rows, earliest)
+    def plan_then_lose(rows, earliest, **kw):
+        out = plan(rows, earliest, **kw)
         a._drop({5})                              # a release lands while the batch is planned
         return out
 
-    loop.plan = plan_then_lose
+    loop.plan_batch = plan_then_lose
     clock.set(first + 10 * MS)
     res = loop.tick()
     assert res.dropped == 1 and res.inserted == []

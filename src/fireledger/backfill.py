@@ -147,7 +147,8 @@ def run_backfill(store: SqlStore, trigger: Trigger, version: TriggerVersion, fro
                  now_us: int, actor: str, decided_by: str, dry_run: bool = False, skip_delivered: bool = False,
                  max_fires: int = DEFAULT_MAX,
                  on_instants: Callable[[int], None] | None = None,
-                 on_commit: Callable[[int, int], None] | None = None) -> BackfillResult:
+                 on_commit: Callable[[int, int], None] | None = None,
+                 eps: tuple[int, str] | None = None) -> BackfillResult:
     """Plan (and unless ``dry_run``, commit and audit) a backfill of ``trigger`` over
     ``[from_us, to_us)``. ``now_us`` is the clock's earliest bound; ``version`` the current one.
     Raises :class:`BackfillRefused` for bad input (nothing stored)."""
@@ -173,7 +174,8 @@ def run_backfill(store: SqlStore, trigger: Trigger, version: TriggerVersion, fro
             fires.append(NewFire(tenant_id=trigger.tenant_id, trigger_id=trigger.id, scheduled_us=us,
                                  seq=BACKFILL_SEQ, version=version.version, kind=FireKind.BACKFILL,
                                  lane=Lane.BACKFILL, state=FireState.PENDING, decided_us=now_us,
-                                 tzdata_version=TZDATA_VERSION, decided_by=decided_by))
+                                 tzdata_version=TZDATA_VERSION, decided_by=decided_by,
+                                 eps_us=None if eps is None else eps[0], eps_source=None if eps is None else eps[1]))
         items.append(BackfillItem(us, key, outcome))
     already = sum(1 for us in instants if us in present)
     created = len(fires)

@@ -91,9 +91,13 @@ def register(app: typer.Typer) -> None:
                 fail(f"TRIGGER_ID: trigger {trigger_id!r} has no current version")
             with _Progress(enabled=not as_json) as bar:
                 try:
-                    res = run_backfill(store, t, v, lo, hi, now_us=earliest_now(), actor="operator",
+                    from fireledger.clock import SystemClock
+
+                    iv = SystemClock().now()   # the bound is recorded on every fire (invariant 18)
+                    res = run_backfill(store, t, v, lo, hi, now_us=iv.earliest_us, actor="operator",
                                        decided_by="operator", dry_run=dry_run, skip_delivered=skip_delivered,
-                                       max_fires=max_fires, on_instants=bar.instants, on_commit=bar.commit)
+                                       max_fires=max_fires, on_instants=bar.instants, on_commit=bar.commit,
+                                       eps=(iv.eps_us, iv.source))
                 except BackfillRefused as exc:
                     field, problem = exc.errors[0]
                     fail(f"{_FLAGS.get(field, field)}: {problem}")

@@ -102,11 +102,13 @@ def backfill_trigger(trigger_id: str, body: BackfillRequest, response: Response,
     if t.state != TriggerState.ACTIVE:
         raise conflict(f"the trigger is {t.state.value}, not active; resume it before a backfill")
     # The clock's earliest bound: every instant of the window is then certainly in the past.
-    now_us = ctx.clock.now().earliest_us
+    iv = ctx.clock.now()
+    now_us = iv.earliest_us
     try:
         res = run_backfill(ctx.store, t, v, lo, hi, now_us=now_us, actor=principal.id,
                            decided_by=f"control:{principal.id}", dry_run=body.dry_run,
-                           skip_delivered=body.skip_delivered, max_fires=max_fires_from_env())
+                           skip_delivered=body.skip_delivered, max_fires=max_fires_from_env(),
+                           eps=(iv.eps_us, iv.source))
     except BackfillRefused as exc:
         raise invalid(exc.errors) from None
     if body.dry_run:

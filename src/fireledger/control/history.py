@@ -325,8 +325,10 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
     note = f.cause[f.cause.index("overlap:"):] if f.cause and "overlap:" in f.cause else None
     released = note is not None and note.startswith("overlap: released from hold")
     as_state = f.state if f.state in ("expired", "skipped", "held") else ("held" if released else "pending")
+    bound = ("clock bound not recorded" if f.eps_us is None
+             else f"clock bound ε = {_secs(f.eps_us)} ({f.eps_source or 'source not recorded'})")
     lines.append((_when(f.decided_us), f"decided by node {f.decided_by}, {_secs(decided_late)} after the "
-                                       f"scheduled instant, into the {f.lane} lane, as {as_state}"))
+                                       f"scheduled instant, into the {f.lane} lane, as {as_state}; {bound}"))
     if f.kind == "catch-up" and f.state not in ("expired", "skipped"):
         lines.append((None, "caught up after it was missed: it keeps its original scheduled instant"))
     if f.state in ("expired", "skipped"):

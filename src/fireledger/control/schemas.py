@@ -105,6 +105,11 @@ class TriggerView(BaseModel):
     jitter: str
     timeout: str
     next_instant: str | None
+    pause_reason: str | None = Field(
+        default=None,
+        description="Why the timing plane paused this trigger (state 'paused'): its stored schedule no longer "
+                    "compiles or could not be planned; its due instant is recorded as a failed fire with the "
+                    "same cause. Null when paused by a principal or not paused. Cleared by resume.")
     tzdata_version: str
     created_at: str
     updated_at: str
@@ -154,6 +159,16 @@ class FireView(BaseModel):
     version: int
     tzdata_version: str
     decided_by: str
+    eps_s: float | None = Field(
+        default=None,
+        description="The clock bound ε (seconds) in force when this fire was decided: true time was within "
+                    "± ε of the decider's clock, and the fire was claimed only once its instant was ≤ the "
+                    "clock's earliest bound (never early). Null for fires decided before it was recorded.")
+    eps_source: str | None = Field(
+        default=None,
+        description="Who vouched for eps_s: 'kernel' (the kernel's synchronisation error bound), 'declared' "
+                    "(FIRELEDGER_DECLARED_EPS_MS, the kernel reports no synchronisation), either suffixed "
+                    "'+postgres' when cross-checked against the PostgreSQL server's clock.")
     attempts: list[AttemptView]
 
 

@@ -195,6 +195,17 @@ def _check_policy_role(principal: Principal, fields: set[str]) -> None:
         check_role(principal, "policy", fields=sorted(fields & POLICY_FIELDS))
 
 
+def _stored(v: TriggerVersion, errors: list[tuple[str, str]]) -> Recurrence | None:
+    """The compiled recurrence of a stored version; a schedule that no longer compiles (a tzdata
+    change, decision 0087) is a problem naming ``schedule``: the client must send a new one."""
+    try:
+        return recurrence_of(v)
+    except RecurrenceError as exc:
+        errors.append(("schedule", f"the stored schedule no longer compiles ({exc.field}: {exc.problem}); "
+                                   "send a new schedule"))
+        return None
+
+
 @dataclass(frozen=True)
 class _Lookup:
     trigger: Trigger
@@ -314,7 +325,7 @@ def amend_trigger(trigger_id: str, body: TriggerPatch, principal: Principal = De
     errors: list[tuple[str, str]] = trigger_input_problems(
         {f: getattr(body, f) for f in fields & {"schedule", "payload"}})
     name = _name(body.name, errors) if "name" in fields else trigger.name
-    rec = _compile(body.schedule, now_us, errors) if "schedule" in fields else recurrence_of(old)
+    rec = _compile(body.schedule, now_us, errors) if "schedule" in fields else _stored(old, errors)
     target_id = old.target_id
     if "target_id" in fields:
         target_id = body.target_id
@@ -393,7 +404,11 @@ def resume_trigger(trigger_id: str, principal: Principal = Depends(require("auth
     # The due row restarts at the first instant of the current version after the resume point: the
     # timing plane then plans the paused gap by the missed-fire policy and horizon (decision 0063).
     # A trigger paused before resume points were recorded restarts after now, as it used to.
-    nxt = next_us(recurrence_of(found.version), now_us if point is None else point)
+    try:
+        nxt = next_us(recurrence_of(found.version), now_us if point is None else point)
+    except RecurrenceError as exc:
+        raise conflict(f"the trigger's schedule no longer compiles ({exc.field}: {exc.problem}); amend it with "
+                       "a new schedule, then resume") from None
     if not ctx.store.resume_trigger(found.trigger, point, nxt, now_us):
         raise conflict("the trigger changed meanwhile; read it again and retry")
     _changed(ctx)
@@ -409,11 +424,12 @@ def run_trigger(trigger_id: str, principal: Principal = Depends(require("author"
     if found.trigger.state != TriggerState.ACTIVE:
         raise conflict(f"the trigger is {found.trigger.state.value}, not active")
     # The clock's earliest bound: dispatching at once can never precede the fire's own instant.
-    now_us = ctx.clock.now().earliest_us
+    iv = ctx.clock.now()
+    now_us = iv.earliest_us
     fire = NewFire(tenant_id=principal.tenant_id, trigger_id=trigger_id, scheduled_us=now_us, seq=1,
                    version=found.trigger.current_version, kind=FireKind.MANUAL, lane=Lane.ON_TIME,
                    state=FireState.PENDING, decided_us=now_us, tzdata_version=TZDATA_VERSION,
-                   decided_by=f"control:{principal.id}")
+                   decided_by=f"control:{principal.id}", eps_us=iv.eps_us, eps_source=iv.source)
     if not ctx.store.insert_fires([fire]):
         raise conflict("a manual fire was already recorded for this instant; retry")
     key = FireKey(principal.tenant_id, trigger_id, now_us, 1)

@@ -61,6 +61,7 @@ def trigger_view(t: Trigger, v: TriggerVersion) -> dict[str, Any]:
         "target_id": v.target_id,
         **policy_fields(v.policies),
         "next_instant": instant(t.next_us),
+        "pause_reason": t.pause_reason,
         "tzdata_version": v.tzdata_version,
         "created_at": instant(t.created_us),
         "updated_at": instant(t.updated_us),
@@ -82,6 +83,8 @@ def fire_view(f: Fire) -> dict[str, Any]:
         "version": f.version,
         "tzdata_version": f.tzdata_version,
         "decided_by": f.decided_by,
+        "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
+        "eps_source": f.eps_source,
         "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
         "attempts": [
             {"attempt": a.number, "started_at": instant(a.started_us), "finished_at": instant(a.finished_us),

@@ -106,6 +106,7 @@ class Trigger:
     created_us: int
     updated_us: int
     next_us: int | None = None          # from the due index (None: nothing due / paused)
+    pause_reason: str | None = None     # why the timing plane paused it (None: paused by a principal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +166,8 @@ class NewFire:
     decided_by: str
     cause: str | None = None
     not_before_us: int | None = None   # earliest dispatch (jitter smearing); None = at once
+    eps_us: int | None = None          # the clock bound ε in force at the decision (invariant 18)
+    eps_source: str | None = None      # who vouched for it: kernel, declared, kernel+postgres, …
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +250,8 @@ class Fire:
     tzdata_version: str
     attempts: int
     next_attempt_us: int | None
+    eps_us: int | None = None           # ε at the decision and its source (None: not recorded)
+    eps_source: str | None = None
     attempt_list: tuple[Attempt, ...] = field(default=())
 
 

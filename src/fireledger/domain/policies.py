@@ -52,6 +52,8 @@ class PlanContext:
     tzdata_version: str
     miss_threshold_us: int = DEFAULT_MISS_THRESHOLD_US
     record_cap: int = DEFAULT_RECORD_CAP
+    eps_us: int | None = None        # the clock bound the decider read, recorded on every fire
+    eps_source: str | None = None
 
 
 def _iso(us: int) -> str:
@@ -85,7 +87,8 @@ def plan_due(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext)
                 tenant_id=row.tenant_id, trigger_id=row.trigger_id, scheduled_us=first, seq=0,
                 version=row.version, kind=FireKind.SCHEDULED, lane=Lane.ON_TIME, state=FireState.PENDING,
                 decided_us=earliest, tzdata_version=ctx.tzdata_version, decided_by=ctx.decided_by,
-                not_before_us=None if nb is None else max(nb, earliest))
+                not_before_us=None if nb is None else max(nb, earliest), eps_us=ctx.eps_us,
+                eps_source=ctx.eps_source)
             return Decision(Advance(row.trigger_id, first, row.version, following, row.version), (only,))
     return plan_general(row, next_fn, policies, ctx)
 
@@ -116,6 +119,7 @@ def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanCont
             tenant_id=row.tenant_id, trigger_id=row.trigger_id, scheduled_us=us, seq=0,
             version=row.version, kind=kind, lane=lane, state=state, decided_us=earliest,
             tzdata_version=ctx.tzdata_version, decided_by=ctx.decided_by, cause=cause,
+            eps_us=ctx.eps_us, eps_source=ctx.eps_source,
         )
 
     on_time = [u for u in instants if earliest - u <= ctx.miss_threshold_us]

@@ -5,15 +5,26 @@ Two real engines share one schema shape and one query set:
 * SQLite (embedded default): WAL, ``BEGIN IMMEDIATE`` for every write transaction, a connection
   per thread, ``busy_timeout`` so concurrent processes (``serve`` and an operator command) queue.
 * PostgreSQL (psycopg 3): a connection per thread, READ COMMITTED, ``FOR UPDATE SKIP LOCKED``
-  claims.
+  claims; ``connect_timeout`` (``FIRELEDGER_PG_CONNECT_TIMEOUT_S``, default 5 s) and
+  ``statement_timeout`` (``FIRELEDGER_PG_STATEMENT_TIMEOUT_MS``, default 30 000 ms; lock waits count
+  towards it) on every connection. A statement cancelled by the timeout raises :class:`StoreError`.
+
+**Connections are held per live thread** (decision 0086): a thread's first store call takes a
+connection (an idle one if any, else a new one) and keeps it while the thread lives, so the fire
+path pays no checkout per statement. When the thread exits its connection goes back to a small idle
+pool (at most ``max_idle``, default 4), beyond which it is closed — so short-lived worker threads
+(anyio's retire after 10 s idle) never accumulate connections: open connections ≤ live threads that
+used the store + ``max_idle``. A connection left inside a transaction or broken is closed, not reused.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from importlib import resources
 from typing import Any
@@ -39,6 +50,141 @@ def migration_files(engine: str) -> list[tuple[int, str]]:
         if name.endswith(".sql") and name[:4].isdigit():
             out.append((int(name[:4]), entry.read_text(encoding="utf-8")))
     return sorted(out)
+
+
+#: Idle connections kept for the next new thread (beyond this, a dead thread's connection is closed).
+DEFAULT_MAX_IDLE = 4
+
+
+class _Held:
+    """A thread's claim on one connection; when the thread exits its thread-local dies with it and
+    the finalizer hands the connection back to the pool."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+
+class ConnectionPool:
+    """Connections held by live threads, plus at most ``max_idle`` idle ones (module docstring).
+
+    ``opener()`` opens a connection; ``reusable(conn)`` says whether a released one may serve
+    another thread (not closed, not inside a transaction); ``closer(conn)`` closes one quietly."""
+
+    def __init__(self, opener: Callable[[], Any], reusable: Callable[[Any], bool],
+                 closer: Callable[[Any], None], max_idle: int = DEFAULT_MAX_IDLE) -> None:
+        self._opener = opener
+        self._reusable = reusable
+        self._closer = closer
+        self.max_idle = max_idle
+        self._local = threading.local()
+        self._lock = threading.RLock()   # a finalizer may run on a thread already inside the pool
+        self._open: dict[int, Any] = {}     # id → every open connection (held or idle)
+        self._idle: list[Any] = []
+
+    def get(self, valid: Callable[[Any], bool] = lambda c: True) -> Any:
+        """This thread's connection (taken from the idle ones, or opened, on first use; replaced
+        when ``valid(conn)`` is false, e.g. a PostgreSQL connection that was closed)."""
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None:
+            if valid(held.conn):
+                return held.conn
+            self._discard(held.conn)
+        conn = None
+        with self._lock:
+            while self._idle and conn is None:
+                cand = self._idle.pop()
+                if valid(cand):
+                    conn = cand
+                else:
+                    self._open.pop(id(cand), None)
+                    self._closer(cand)
+        if conn is None:
+            conn = self._opener()
+            with self._lock:
+                self._open[id(conn)] = conn
+        held = _Held(conn)
+        fin = weakref.finalize(held, self._give_back, conn)
+        fin.atexit = False
+        self._local.held = held
+        return conn
+
+    def _discard(self, conn: Any) -> None:
+        with self._lock:
+            self._open.pop(id(conn), None)
+        self._closer(conn)
+
+    def _give_back(self, conn: Any) -> None:
+        """A thread that held ``conn`` ended: keep it idle (up to ``max_idle``) or close it."""
+        with self._lock:
+            if self._open.get(id(conn)) is not conn:
+                return                          # closed meanwhile by close_all()
+            keep = len(self._idle) < self.max_idle and self._reusable(conn)
+            if keep:
+                self._idle.append(conn)
+            else:
+                del self._open[id(conn)]
+        if not keep:
+            self._closer(conn)
+
+    def open_connections(self) -> list[Any]:
+        """Every open connection (held by a live thread or idle)."""
+        with self._lock:
+            return list(self._open.values())
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def close_all(self) -> None:
+        """Close every connection; threads that held one open a new one on their next call."""
+        with self._lock:
+            conns = list(self._open.values())
+            self._open.clear()
+            self._idle.clear()
+            old, self._local = self._local, threading.local()
+        del old   # this thread's claim dies here: its finalizer finds the connection gone and ignores it
+        for c in conns:
+            self._closer(c)
+
+
+def _sqlite_close(conn: sqlite3.Connection) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass
+
+
+def _pg_close(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
+def _pg_reusable(conn: Any) -> bool:
+    """Closed, broken, or left inside a transaction: not handed to another thread."""
+    try:
+        from psycopg.pq import TransactionStatus
+
+        return not conn.closed and not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE
+    except Exception:
+        return False
+
+
+def _env_number(name: str, default: float, *, minimum: float, whole: bool = False) -> float:
+    """A numeric setting from the environment; ``StoreError`` naming the variable when bad."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        raise StoreError(f"{name}: {raw!r} is not a {'whole ' if whole else ''}number") from None
+    if value < minimum:
+        raise StoreError(f"{name}: must be at least {minimum:g}, got {raw}")
+    return value
 
 
 class Engine(ABC):
@@ -80,11 +226,10 @@ class Engine(ABC):
 class SqliteEngine(Engine):
     name = "sqlite"
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000, max_idle: int = DEFAULT_MAX_IDLE) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self.pool = ConnectionPool(self._open, lambda c: not c.in_transaction, _sqlite_close, max_idle)
         self._lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._checkpointer: threading.Thread | None = None
@@ -99,7 +244,7 @@ class SqliteEngine(Engine):
         with self._lock:
             if self._checkpointer is not None:
                 return
-            for c in self._all:
+            for c in self.pool.open_connections():
                 c.execute("PRAGMA wal_autocheckpoint = 0")
             self._stop_checkpointer.clear()
             t = threading.Thread(target=self._checkpoint_loop, args=(interval_s,), name="sqlite-checkpoint",
@@ -120,22 +265,27 @@ class SqliteEngine(Engine):
             conn.close()
 
     def connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=self.busy_timeout_ms / 1000)
-            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            # Deleted content (a destroyed tenant key, purged rows) is overwritten, not left in free
-            # pages (crypto-shredding; docs/decisions/0081).
-            conn.execute("PRAGMA secure_delete = ON")
+        conn: sqlite3.Connection = self.pool.get()
+        return conn
+
+    def open_connections(self) -> int:
+        """Connections this engine holds open for threads (held or idle; the checkpointer's own
+        connection is not counted)."""
+        return len(self.pool.open_connections())
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self.busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # Deleted content (a destroyed tenant key, purged rows) is overwritten, not left in free
+        # pages (crypto-shredding; docs/decisions/0081).
+        conn.execute("PRAGMA secure_delete = ON")
+        with self._lock:
             if self._checkpointer is not None:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
         return conn
 
     @contextmanager
@@ -180,58 +330,79 @@ class SqliteEngine(Engine):
         if t is not None:
             self._stop_checkpointer.set()
             t.join()
-        with self._lock:
-            for c in self._all:
-                try:
-                    c.close()
-                except sqlite3.Error:
-                    pass
-            self._all.clear()
-        self._local = threading.local()
+        self.pool.close_all()
 
 
 class PostgresEngine(Engine):
     name = "postgres"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, max_idle: int = DEFAULT_MAX_IDLE) -> None:
         self.url = url
-        self._local = threading.local()
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
+        self.connect_timeout_s = _env_number("FIRELEDGER_PG_CONNECT_TIMEOUT_S", 5, minimum=1, whole=True)
+        self.statement_timeout_ms = int(_env_number("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", 30_000, minimum=0,
+                                                    whole=True))
+        self.pool = ConnectionPool(self._open, _pg_reusable, _pg_close, max_idle)
+
+    def _open(self) -> Any:
+        """A new autocommit connection with the connect and statement timeouts (a
+        ``connect_timeout`` written in the URL wins over the setting)."""
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            given = conninfo_to_dict(self.url)
+        except psycopg.ProgrammingError as exc:
+            raise StoreError(f"--db: not a PostgreSQL URL: {str(exc).strip()}") from None
+        extra: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": int(self.connect_timeout_s)}
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, **extra)
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.statement_timeout_ms),))
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from None
+        return conn
 
     def connection(self) -> Any:
-        import psycopg
+        return self.pool.get(lambda c: not c.closed)
 
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            try:
-                conn = psycopg.connect(self.url, autocommit=True)
-            except psycopg.OperationalError as exc:
-                raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip()}") from None
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
+    def open_connections(self) -> int:
+        """Connections this engine holds open for threads (held or idle)."""
+        return len(self.pool.open_connections())
+
+    def _timed_out(self, exc: BaseException) -> StoreError | None:
+        """A cancelled statement as a clear :class:`StoreError` (None for any other error)."""
+        from psycopg import errors
+
+        if isinstance(exc, errors.QueryCanceled):
+            return StoreError(
+                f"PostgreSQL cancelled a statement after {self.statement_timeout_ms} ms "
+                "(statement_timeout, FIRELEDGER_PG_STATEMENT_TIMEOUT_MS): the database is overloaded "
+                "or a lock was held too long")
+        return None
 
     @contextmanager
     def write(self) -> Iterator[Any]:
         conn = self.connection()
-        with conn.transaction():
-            yield conn
+        try:
+            with conn.transaction():
+                yield conn
+        except Exception as exc:
+            mapped = self._timed_out(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
 
     @contextmanager
     def read(self) -> Iterator[Any]:
-        yield self.connection()
+        try:
+            yield self.connection()
+        except Exception as exc:
+            mapped = self._timed_out(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
 
     def close(self) -> None:
-        with self._lock:
-            for c in self._all:
-                try:
-                    c.close()
-                except Exception:
-                    pass
-            self._all.clear()
-        self._local = threading.local()
+        self.pool.close_all()
 
 
 def engine_for_url(url: str) -> Engine:

@@ -10,6 +10,10 @@
   current version and the resume point read. The timing plane then plans the paused gap exactly like
   an outage: expired beyond the catch-up horizon, per missed-fire policy within it.
   ``triggers.resumed_us`` keeps the instant of the resume (the shadow rebuilder uses both).
+* **A trigger the timing plane cannot plan** (:meth:`GapsMixin.pause_failing`; decision 0087): its
+  due instant is recorded ``failed`` with the cause, its due row removed (compare-and-set on the row
+  the loop read) and the trigger paused with ``pause_reason`` and the failed instant as its resume
+  point, in one transaction. A pause or resume by a principal clears the reason.
 * **The last recorded gap** (:meth:`GapsMixin.last_gap_fires`): the fire records of the most recent
   plan that missed instants — the plan of the newest ``catch-up`` fire, i.e. every ``scheduled`` and
   ``catch-up`` fire of the trigger sharing its ``decided_us`` (one plan per trigger per decision).
@@ -22,19 +26,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from fireledger.domain.model import Fire, Trigger
+from fireledger.domain.model import DueRow, Fire, NewFire, Trigger
 
 from . import queries
 from .engine import StoreError
 
-_F = queries.FIRE_COLS
+_F = queries.FIRE_COLS_EVIDENCE
 #: Stands for "no resume point recorded" in compare-and-sets (instants are never this small).
 _NONE = -(2**62)
 
 GAP_QUERIES: dict[str, str] = {
     "gp_pause": (
-        "UPDATE triggers SET state = 'paused', updated_us = :now_us "
+        "UPDATE triggers SET state = 'paused', updated_us = :now_us, pause_reason = NULL "
         "WHERE tenant_id = :tenant_id AND id = :id AND state = 'active'"
+    ),
+    "gp_pause_failing": (
+        "UPDATE triggers SET state = 'paused', updated_us = :now_us, paused_us = :point_us, "
+        "pause_reason = :reason WHERE tenant_id = :tenant_id AND id = :id AND state = 'active'"
     ),
     "gp_take_due": "DELETE FROM due WHERE trigger_id = :trigger_id RETURNING next_us",
     "gp_set_resume_point": "UPDATE triggers SET paused_us = :point_us WHERE tenant_id = :tenant_id AND id = :id",
@@ -42,8 +50,8 @@ GAP_QUERIES: dict[str, str] = {
         "SELECT paused_us FROM triggers WHERE tenant_id = :tenant_id AND id = :id AND state = 'paused'"
     ),
     "gp_resume": (
-        "UPDATE triggers SET state = 'active', updated_us = :now_us, resumed_us = :now_us "
-        "WHERE tenant_id = :tenant_id AND id = :id AND state = 'paused' "
+        "UPDATE triggers SET state = 'active', updated_us = :now_us, resumed_us = :now_us, "
+        "pause_reason = NULL WHERE tenant_id = :tenant_id AND id = :id AND state = 'paused' "
         "AND current_version = :expected_version AND COALESCE(paused_us, :none) = :point_us"
     ),
     "gp_last_catch_up": (
@@ -92,6 +100,27 @@ class GapsMixin:
             _one(c.execute(self.q["gp_set_resume_point"], {**key, "point_us": point}).rowcount, "resume point")
             c.execute(self.q["bump_definitions"])
         return point
+
+    def pause_failing(self, row: DueRow, fire: NewFire, reason: str, now_us: int) -> bool:
+        """The timing plane could not plan ``row``: record ``fire`` (state ``failed``, its cause),
+        remove the due row and pause the trigger with ``reason``, in one transaction. Compare-and-set
+        on the due row as read: False (nothing written) when it moved meanwhile — an amendment, a
+        pause or another node's decision; the loop reads it again next cycle."""
+        from .sql_store import _fire_params
+
+        with self.engine.write() as c:
+            taken = c.execute(self.q["retire_due"], {
+                "trigger_id": row.trigger_id, "expected_next_us": row.next_us,
+                "expected_version": row.version, "new_next_us": None, "new_version": row.version}).rowcount
+            if not _one(taken, "pause_failing"):
+                return False
+            c.execute(self.q["insert_fire"], _fire_params(fire))
+            # Resume point: the failed instant is decided; a resume plans what follows it (0063).
+            c.execute(self.q["gp_pause_failing"], {"tenant_id": row.tenant_id, "id": row.trigger_id,
+                                                   "now_us": now_us, "point_us": row.next_us,
+                                                   "reason": reason})
+            c.execute(self.q["bump_definitions"])
+        return True
 
     def resume_point(self, tenant_id: str, trigger_id: str) -> tuple[bool, int | None]:
         """``(paused, point)``: whether the trigger is paused, and its resume point (None for a

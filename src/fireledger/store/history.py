@@ -34,7 +34,7 @@ ALL_STATES: tuple[str, ...] = tuple(s.value for s in FireState)
 TERMINAL: tuple[str, ...] = ("delivered", "failed", "unknown", "expired", "skipped")
 _STATE_SLOTS = ", ".join(f":s{i}" for i in range(len(ALL_STATES)))
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
-_F = queries.FIRE_COLS
+_F = queries.FIRE_COLS_EVIDENCE
 _LOW = -(2**62)
 _HIGH = 2**62
 
@@ -203,7 +203,8 @@ def _fire(row: Sequence[Any]) -> Fire:
 
 
 def _trigger(row: Sequence[Any]) -> Trigger:
-    return Trigger(row[0], row[1], row[2], TriggerState(row[3]), row[4], row[5], row[6], row[7], row[8])
+    return Trigger(row[0], row[1], row[2], TriggerState(row[3]), row[4], row[5], row[6], row[7], row[8],
+                   row[9] if len(row) > 9 else None)
 
 
 class HistoryMixin:

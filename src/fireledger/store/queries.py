@@ -13,9 +13,12 @@ _FIRE_COLS = (
     "decided_by, dispatched_us, finished_us, tzdata_version, attempts, next_attempt_us"
 )
 FIRE_COLS = _FIRE_COLS
+#: The fire columns plus the clock evidence (migration 0007): what history and evidence reads select
+#: (the dispatch plane's claims keep FIRE_COLS).
+FIRE_COLS_EVIDENCE = _FIRE_COLS + ", eps_us, eps_source"
 TRIGGER_COLS = (
     "t.id, t.tenant_id, t.name, t.state, t.current_version, t.partition, t.created_us, t.updated_us, "
-    "d.next_us"
+    "d.next_us, t.pause_reason"
 )
 
 QUERIES: dict[str, str] = {
@@ -102,9 +105,9 @@ QUERIES: dict[str, str] = {
     ),
     "earliest_due": "SELECT MIN(next_us) FROM due",
     "insert_fire": (
-        f"INSERT INTO fires ({_FIRE_COLS}) VALUES (:tenant_id, :trigger_id, :scheduled_us, :seq, :version, "
-        ":kind, :lane, :state, :cause, :decided_us, :decided_by, NULL, :finished_us, :tzdata_version, 0, "
-        ":next_attempt_us) ON CONFLICT DO NOTHING"
+        f"INSERT INTO fires ({_FIRE_COLS}, eps_us, eps_source) VALUES (:tenant_id, :trigger_id, :scheduled_us, "
+        ":seq, :version, :kind, :lane, :state, :cause, :decided_us, :decided_by, NULL, :finished_us, "
+        ":tzdata_version, 0, :next_attempt_us, :eps_us, :eps_source) ON CONFLICT DO NOTHING"
     ),
     "delete_fire": (
         "DELETE FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
@@ -164,12 +167,12 @@ QUERIES: dict[str, str] = {
     ),
     # --- history --------------------------------------------------------------------------------
     "list_fires": (
-        f"SELECT {_FIRE_COLS} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        f"SELECT {FIRE_COLS_EVIDENCE} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND (scheduled_us > :after_us OR (scheduled_us = :after_us AND seq > :after_seq)) "
         "ORDER BY scheduled_us, seq LIMIT :limit"
     ),
     "get_fire": (
-        f"SELECT {_FIRE_COLS} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        f"SELECT {FIRE_COLS_EVIDENCE} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us = :scheduled_us AND seq = :seq"
     ),
     "attempts_of_trigger_range": (

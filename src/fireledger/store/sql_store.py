@@ -102,7 +102,8 @@ def _target(row: Sequence[Any]) -> Target:
 
 
 def _trigger(row: Sequence[Any]) -> Trigger:
-    return Trigger(row[0], row[1], row[2], TriggerState(row[3]), row[4], row[5], row[6], row[7], row[8])
+    return Trigger(row[0], row[1], row[2], TriggerState(row[3]), row[4], row[5], row[6], row[7], row[8],
+                   row[9] if len(row) > 9 else None)
 
 
 def _version(row: Sequence[Any]) -> TriggerVersion:
@@ -170,6 +171,7 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                     for stmt in _split(sql):
                         c.execute(stmt)
                 else:
+                    c.execute("SET LOCAL statement_timeout = 0")   # a migration may rewrite a big table
                     c.execute(sql)
                 if version == AUDIT_KEYED_MIGRATION:
                     self._seal_legacy_audit(c, now_us)   # unkeyed rows sealed by a keyed row (0090)
@@ -477,6 +479,7 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                     "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us,
                     "decided_by": f.decided_by, "finished_us": None, "tzdata_version": f.tzdata_version,
                     "next_attempt_us": f.not_before_us if f.not_before_us is not None else f.decided_us,
+                    "eps_us": f.eps_us, "eps_source": f.eps_source,
                 }).rowcount
                 if _one(n, "insert_fire"):
                     inserted.append(f)
@@ -614,6 +617,7 @@ def _fire_params(f: NewFire) -> dict[str, Any]:
         "finished_us": None if pending or f.state == FireState.HELD else f.decided_us,
         "tzdata_version": f.tzdata_version,
         "next_attempt_us": (f.not_before_us if f.not_before_us is not None else f.decided_us) if pending else None,
+        "eps_us": f.eps_us, "eps_source": f.eps_source,
     }
 
 

@@ -16,6 +16,16 @@ under the manager's ``claim_lock`` so a release never overlaps a commit of that 
 else depends on the lease being exclusive: a decision committed late by a node that lost its lease
 collides with the new owner's on the fire key (``ON CONFLICT DO NOTHING`` → zero rows) and its
 due-row compare-and-set fails — no application code resolves the conflict.
+
+**One bad row never stalls a partition** (decision 0087). A row that cannot be planned — its stored
+schedule no longer compiles (a tzdata change, a corrupted row), its version is missing, its next
+instant cannot be computed — is set aside: its due instant is recorded ``failed`` with a cause
+naming the error, the trigger is paused with that reason (``pause_reason`` in the API) and the rest
+of the batch is committed as usual. Store failures are not row failures: they abort the cycle, which
+is retried.
+
+**Clock evidence** (invariant 18): every fire records the ε of the clock reading it was decided
+under and that reading's source (``eps_us``, ``eps_source``).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +42,7 @@ from functools import partial
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_of
-from fireledger.domain.keys import FireKey
+from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import (
     Decision,
     DueRow,
@@ -47,8 +58,8 @@ from fireledger.domain.model import (
 from fireledger.domain.overlap import HeldRef, PreviousFire, Verdict, apply_overlap, release_plan
 from fireledger.domain.policies import PlanContext, miss_threshold_from, plan_due
 from fireledger.observe.metrics import METRICS
-from fireledger.recurrence import TZDATA_VERSION
-from fireledger.store import SqlStore
+from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instant
+from fireledger.store import SqlStore, StoreError
 from fireledger.store.overlap import FireFacts, HeldRow
 
 from .leases import LeaseManager, Ownership
@@ -75,6 +86,35 @@ class TickResult:
     lease_lost: bool = False      # ownership ran out or moved before a commit: the batch was dropped
     dropped: int = 0              # decisions dropped for partitions released before the commit
     released: list[NewFire] = field(default_factory=list)   # held fires released (overlap queue)
+    failed: list[NewFire] = field(default_factory=list)     # rows that could not be planned (paused)
+
+
+@dataclass(frozen=True, slots=True)
+class RowFailure:
+    """A due row the loop could not plan, and why (decision 0087)."""
+
+    row: DueRow
+    cause: str
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """A failure of the store itself (not of one row's data): the cycle is aborted and retried."""
+    if isinstance(exc, StoreError | sqlite3.Error):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
+def failure_cause(exc: BaseException) -> str:
+    """The recorded cause of a row that cannot be planned (never a payload: schedules and
+    instants only)."""
+    if isinstance(exc, RecurrenceError):
+        return f"schedule no longer compiles: {exc.field}: {exc.problem}"
+    text = " ".join(str(exc).split())[:200]
+    return f"cannot plan this trigger: {type(exc).__name__}" + (f": {text}" if text else "")
 
 
 def sleep_after(res: TickResult, next_due_us: int | None, earliest_now_us: int, max_sleep_s: float) -> float:
@@ -135,31 +175,74 @@ class TimingLoop:
                 self._versions[key] = v
         return v
 
-    def plan(self, rows: Sequence[DueRow], earliest_us: int) -> list[Decision]:
+    def plan(self, rows: Sequence[DueRow], earliest_us: int, *, eps_us: int | None = None,
+             eps_source: str | None = None) -> list[Decision]:
         """Decisions for ``rows``, in trigger-id order: every committer (another node deciding the
         same rows during a handover, a rebuild, a repartition) locks due rows in that order, so two
-        commits never wait on each other in a cycle."""
+        commits never wait on each other in a cycle. Rows that cannot be planned are left out (see
+        :meth:`plan_batch`)."""
+        return self.plan_batch(rows, earliest_us, eps_us=eps_us, eps_source=eps_source)[0]
+
+    def plan_batch(self, rows: Sequence[DueRow], earliest_us: int, *, eps_us: int | None = None,
+                   eps_source: str | None = None) -> tuple[list[Decision], list[RowFailure]]:
+        """:meth:`plan`, with the rows that could not be planned and why (each row isolated: one
+        whose version is missing, whose schedule no longer compiles or whose next instant raises
+        is a :class:`RowFailure`, the others are planned as usual). Store failures propagate."""
         ctx = PlanContext(earliest_us=earliest_us, decided_by=self.node_id, tzdata_version=TZDATA_VERSION,
-                          miss_threshold_us=self.miss_threshold_us)
+                          miss_threshold_us=self.miss_threshold_us, eps_us=eps_us, eps_source=eps_source)
         missing = [(r.trigger_id, r.version) for r in rows if (r.trigger_id, r.version) not in self._versions]
         if missing:   # one statement for the batch's uncached versions, not one per row
             if len(self._versions) + len(missing) > VERSION_CACHE_MAX:
                 self._versions.clear()
-            self._versions.update(self.store.get_versions(missing))
+            try:
+                self._versions.update(self.store.get_versions(missing))
+            except Exception as exc:
+                if is_store_failure(exc):
+                    raise
+                # A stored version that does not decode: read them one by one below (each isolated).
         decisions: list[Decision] = []
+        failures: list[RowFailure] = []
         checked: list[tuple[int, TriggerVersion]] = []   # overlap skip/queue with a fire to dispatch
         for row in sorted(rows, key=lambda r: r.trigger_id):
-            v = self._version(row.trigger_id, row.version)
-            if v is None:
+            try:
+                v = self._version(row.trigger_id, row.version)
+                if v is None:
+                    failures.append(RowFailure(row, f"cannot plan this trigger: definition version {row.version} "
+                                                    "is missing from the registry"))
+                    continue
+                rec = recurrence_of(v)
+                d = plan_due(row, partial(next_us, rec), v.policies, ctx)
+            except Exception as exc:
+                if is_store_failure(exc):
+                    raise
+                failures.append(RowFailure(row, failure_cause(exc)))
                 continue
-            rec = recurrence_of(v)
-            d = plan_due(row, partial(next_us, rec), v.policies, ctx)
             if v.policies.overlap != OverlapPolicy.ALLOW and any(f.state == FireState.PENDING for f in d.fires):
                 checked.append((len(decisions), v))
             decisions.append(d)
         if checked:
             self._apply_overlap(decisions, checked, earliest_us)
-        return decisions
+        return decisions, failures
+
+    def fail_rows(self, failures: Sequence[RowFailure], earliest_us: int, eps_us: int | None,
+                  eps_source: str | None) -> list[NewFire]:
+        """Record each failure's due instant ``failed`` with its cause and pause its trigger with
+        the reason (one transaction per row); returns the failed fires recorded. A row that moved
+        meanwhile (amended, paused, decided elsewhere) is left alone."""
+        out: list[NewFire] = []
+        when = format_instant(from_us(earliest_us))
+        for fl in failures:
+            r = fl.row
+            fire = NewFire(r.tenant_id, r.trigger_id, r.next_us, 0, r.version, FireKind.SCHEDULED, Lane.ON_TIME,
+                           FireState.FAILED, earliest_us, TZDATA_VERSION, self.node_id, fl.cause,
+                           eps_us=eps_us, eps_source=eps_source)
+            reason = (f"paused by the timing plane at {when}: {fl.cause}; amend the trigger (a new schedule) "
+                      "and resume it")
+            if self.store.pause_failing(r, fire, reason, earliest_us):
+                out.append(fire)
+                log.warning("trigger %s paused: its instant %s cannot be decided (%s)", r.trigger_id,
+                            format_instant(from_us(r.next_us)), fl.cause)
+        return out
 
     # --- overlap (decision 0060) ---------------------------------------------------------------
 
@@ -269,11 +352,13 @@ class TimingLoop:
             rows = self._due(iv.earliest_us, own)
             if not rows:
                 break
-            decisions = self.plan(rows, iv.earliest_us)
+            decisions, failures = self.plan_batch(rows, iv.earliest_us, eps_us=iv.eps_us, eps_source=iv.source)
             if self.leases is None:
                 if self.before_apply is not None:
                     self.before_apply(decisions)
                 outcomes = self.store.apply_decisions(decisions)   # commit point
+                if failures:
+                    res.failed += self.fail_rows(failures, iv.earliest_us, iv.eps_us, iv.source)
             else:
                 part = {r.trigger_id: r.partition for r in rows}
                 with self.leases.claim_lock:
@@ -288,6 +373,9 @@ class TimingLoop:
                     if self.before_apply is not None:
                         self.before_apply(kept)
                     outcomes = self.store.apply_decisions(kept)   # commit point
+                    mine = [fl for fl in failures if cur.owns(part[fl.row.trigger_id])]
+                    if mine:
+                        res.failed += self.fail_rows(mine, iv.earliest_us, iv.eps_us, iv.source)
             res.claimed_rows += len(rows)
             for o in outcomes:
                 if not o.advanced:
@@ -296,7 +384,7 @@ class TimingLoop:
             if len(rows) < self.batch or res.dropped:
                 break
         pending = [f for f in res.inserted if f.state == FireState.PENDING]
-        for (lane, state), count in Counter((f.lane, f.state) for f in res.inserted).items():
+        for (lane, state), count in Counter((f.lane, f.state) for f in [*res.inserted, *res.failed]).items():
             METRICS.fires.labels(lane.value, state.value).inc(count)
         observe = METRICS.lateness.observe
         for f in pending:

@@ -9,6 +9,10 @@ process runs:
   claims only the partitions this node holds; on SQLite (the embedded default: one process) the
   loop owns every partition. ``FIRELEDGER_TIMING_LEASES=1`` / ``0`` forces either;
 * a :class:`~fireledger.timing.shadow.ShadowRebuilder` on its own thread (both engines);
+* without leases (the embedded default) an :class:`UnleasedSession` on its own thread: the node's
+  session row (role ``timing-all``: it claims every partition) with its ε and source, refreshed every
+  second and marked stopped on a clean stop, so ``fireledger status`` shows the running node — the
+  lease manager keeps the row of a leased node;
 * on PostgreSQL a :class:`DefinitionListener`: ``LISTEN fireledger_definitions`` (notified by the
   store's definition counter, migration 0002) wakes the loop the moment a trigger is created,
   amended, paused or resumed by any control process; the loop's capped sleep stays the fallback.
@@ -112,6 +116,53 @@ class ServerClockProbe:
                 self._conn = None
 
 
+class UnleasedSession:
+    """The session row of a timing node that holds no leases (it claims every partition: SQLite's
+    embedded ``serve``). Role ``timing-all``, so lease managers, which balance role ``timing``, never
+    count it. ``shedding`` mirrors the loop's rule (ε above the ceiling). Rows of nodes silent for
+    ``prune_after_s`` (killed without a clean stop) are forgotten."""
+
+    ROLE = "timing-all"
+
+    def __init__(self, store: SqlStore, clock: Clock, node_id: str, *, eps_ceiling_us: int,
+                 interval_s: float = 1.0, prune_after_s: float = 3600.0) -> None:
+        self.store = store
+        self.clock = clock
+        self.node_id = node_id
+        self.eps_ceiling_us = eps_ceiling_us
+        self.interval_s = interval_s
+        self.prune_after_s = prune_after_s
+        self.started_us = clock.now().earliest_us
+        self.beats = 0
+
+    def beat(self) -> None:
+        """Write the session row once: heartbeat, ε and its source, shedding."""
+        iv = self.clock.now()
+        now = iv.earliest_us
+        self.store.heartbeat(self.node_id, self.ROLE, now_us=now, started_us=self.started_us, eps_us=iv.eps_us,
+                             eps_source=iv.source, shedding=iv.eps_us > self.eps_ceiling_us, lease_expires_us=now)
+        if self.beats % 60 == 0:
+            self.store.prune_nodes(self.ROLE, now - int(self.prune_after_s * 1_000_000))
+        self.beats += 1
+
+    def run(self, stop: threading.Event) -> None:
+        """Beat every ``interval_s`` until ``stop``; then mark the session stopped. A failed beat is
+        logged and tried again (the fire path does not depend on this row)."""
+        try:
+            while True:
+                try:
+                    self.beat()
+                except Exception as exc:
+                    log.warning("node %s: session heartbeat failed: %s", self.node_id, exc)
+                if stop.wait(self.interval_s):
+                    break
+        finally:
+            try:
+                self.store.stop_node(self.node_id, self.clock.now().earliest_us)
+            except Exception as exc:
+                log.warning("node %s: could not mark the session stopped: %s", self.node_id, exc)
+
+
 def _flag(name: str, default: bool) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "auto"):
@@ -140,8 +191,10 @@ class TimingNode:
     """The timing plane of one process (see the module docstring)."""
 
     def __init__(self, store: SqlStore, loop: TimingLoop, *, leases: LeaseManager | None,
-                 shadow: ShadowRebuilder | None, listener: DefinitionListener | None) -> None:
+                 shadow: ShadowRebuilder | None, listener: DefinitionListener | None,
+                 session: UnleasedSession | None = None) -> None:
         self.store = store
+        self.session = session
         self.loop = loop
         self.leases = leases
         self.shadow = shadow
@@ -176,7 +229,9 @@ class TimingNode:
         if use_listen:
             listener = DefinitionListener(getattr(store.engine, "url", ""), loop.wake_threadsafe)
         store.ensure_partitions()
-        node = cls(store, loop, leases=manager, shadow=rebuilder, listener=listener)
+        session = None if manager is not None else UnleasedSession(store, guarded, node_id,
+                                                                   eps_ceiling_us=settings.eps_ceiling_us)
+        node = cls(store, loop, leases=manager, shadow=rebuilder, listener=listener, session=session)
         node.serve_metrics()
         return node
 
@@ -225,6 +280,8 @@ class TimingNode:
             self._start("shadow", self.shadow.run)
         if self.listener is not None:
             self._start("listen", self.listener.run)
+        if self.session is not None:
+            self._start("session", self.session.run)
         log.info("timing node %s: %s, shadow rebuilder %s, definition notifications %s", self.node_id,
                  "partition leases" if self.leases is not None else "every partition (single node)",
                  "on" if self.shadow is not None else "off", "on" if self.listener is not None else "off")
@@ -240,4 +297,4 @@ class TimingNode:
                 self._metrics_server.shutdown()
 
 
-__all__ = ["CHANNEL", "DefinitionListener", "ServerClockProbe", "TimingNode"]
+__all__ = ["CHANNEL", "DefinitionListener", "ServerClockProbe", "TimingNode", "UnleasedSession"]

@@ -241,6 +241,7 @@ def _fire_row(f: Fire) -> dict[str, Any]:
         "key": fire_key(f), "scheduled": _when(f.scheduled_us), "state": f.state, "cause": f.cause or "",
         "why": explain_cause(f.cause) or "", "lateness": _secs(lateness), "decided": _when(f.decided_us),
         "decided_by": f.decided_by, "lane": f.lane, "kind": f.kind, "version": f.version,
+        "eps": "" if f.eps_us is None else f"ε {f.eps_us / 1000:.1f} ms ({f.eps_source or '?'})",
         "attempts": len(f.attempt_list),
         "last": "" if last is None else (f"{last.result or 'running'}"
                                          + (f" (HTTP {last.http_status})" if last.http_status else "")),
