@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+
 from e2e import cli
 
 pytestmark = pytest.mark.e2e
