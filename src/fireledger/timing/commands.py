@@ -194,7 +194,7 @@ def partitions_set_cmd(count: Annotated[int, typer.Argument(help="The new partit
     tables, then rewrite every trigger's stored partition in batches (idempotent: run it again to
     finish an interrupted change)."""
     from fireledger.cli import fail
-    from fireledger.control.partition import partition_of
+    from fireledger.domain.partition import partition_of
 
     if not 1 <= count <= 65536:
         fail(f"COUNT: {count} is out of range 1-65536")

@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from fireledger.clock import Clock
-from fireledger.control.partition import partition_of
 from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.keys import from_us
+from fireledger.domain.partition import partition_of
 from fireledger.observe.metrics import METRICS
 from fireledger.store import SqlStore
 from fireledger.store.leases import DIVERGENCE_KINDS, Divergence, RebuildStats, ShadowReport, ShadowRow, StrayDue
