@@ -19,7 +19,6 @@ Bad input prints one line ``fireledger: <command>: <field>: <problem>`` and exit
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,9 +27,8 @@ import typer
 
 from fireledger.domain.keys import FireKey, from_us, to_us
 from fireledger.recurrence import RecurrenceError, format_instant, parse_instant
+from fireledger.retention import DAY_US, retention_days
 
-DEFAULT_RETENTION_DAYS = 90
-DAY_US = 86_400 * 1_000_000
 _STATE_STYLE = {"delivered": "green", "pending": "blue", "dispatching": "blue", "held": "cyan", "failed": "red",
                 "unknown": "yellow", "expired": "bright_black", "skipped": "magenta"}
 
@@ -43,14 +41,6 @@ Before = Annotated[str | None, typer.Option(
                      "FIRELEDGER_HISTORY_RETENTION_DAYS, 90 days).")]
 Out = Annotated[Path, typer.Option("--out", help="Archive file to write (gzip-compressed JSON lines).")]
 Batch = Annotated[int, typer.Option("--batch", help="Fires per transaction (1-5000).")]
-
-
-def retention_days() -> int:
-    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90."""
-    raw = os.environ.get("FIRELEDGER_HISTORY_RETENTION_DAYS", str(DEFAULT_RETENTION_DAYS))
-    if not raw.isdigit() or not 1 <= int(raw) <= 3650:
-        raise ValueError(f"FIRELEDGER_HISTORY_RETENTION_DAYS: must be a whole number of days 1-3650, got {raw!r}")
-    return int(raw)
 
 
 def _now_us() -> int:
@@ -364,4 +354,4 @@ def _retention(store: Any, before_us: int, out: Path, batch: int, *, purge: bool
     return done
 
 
-__all__ = ["DEFAULT_RETENTION_DAYS", "register", "retention_days"]
+__all__ = ["register"]
