@@ -21,7 +21,8 @@ import typer
 from fireledger.domain.keys import to_us
 from fireledger.recurrence import RecurrenceError, parse_instant
 
-from .common import DEFAULT_DB, Command, Db, fail, open_existing
+from .common import DEFAULT_DB, Command, Db, fail
+from .operator import open_existing
 
 __all__ = ["COMMANDS", "PROGRESS_FROM", "instant_us"]
 

@@ -1,5 +1,6 @@
-"""What every ``fireledger`` command shares: the one ``--db`` default, the one-line input error, the
-store openers, and the :class:`Command` row that registers a command declaratively.
+"""What every ``fireledger`` command shares: the one ``--db`` default, the one-line input error, and
+the :class:`Command` row that registers a command declaratively (the store openers are
+:func:`fireledger.cli.operator.open_existing` and :func:`~fireledger.cli.operator.open_any`).
 
 Contracts:
 
@@ -8,8 +9,6 @@ Contracts:
   ``FIRELEDGER_DB``.
 * :func:`fail` raises :class:`InputError` (a usage error): :func:`fireledger.cli.main` prints it as
   one line ``fireledger: <command>: <field>: <problem>`` and exits 2 — never a traceback.
-* :func:`open_existing` opens the store of an existing deployment (a SQLite URL must name an existing
-  file); :func:`open_any` opens (and, on SQLite, creates) it. Both turn every failure into :func:`fail`.
 * Nothing here imports the web framework, the store or a plane at import time: ``fireledger preview``
   and ``--help`` start without them.
 """
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -27,10 +26,7 @@ from typer._click import exceptions as click_exc
 
 from fireledger.statedir import default_db_url
 
-if TYPE_CHECKING:
-    from fireledger.store import SqlStore
-
-__all__ = ["DB_HELP", "DEFAULT_DB", "Command", "Db", "InputError", "fail", "open_any", "open_existing"]
+__all__ = ["DB_HELP", "DEFAULT_DB", "Command", "Db", "InputError", "fail"]
 
 DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
 DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledger.statedir)
@@ -44,24 +40,6 @@ class InputError(click_exc.UsageError):
 def fail(message: str) -> NoReturn:
     """Stop the command with one line naming the field and the problem (exit 2)."""
     raise InputError(message)
-
-
-def open_existing(db: str) -> SqlStore:
-    """The store of an existing deployment, for commands that read or repair it (never creates a
-    SQLite file by a mistyped path); any problem is a :func:`fail`."""
-    from .operator import open_existing_store
-
-    return open_existing_store(db, fail)
-
-
-def open_any(db: str) -> SqlStore:
-    """The store at ``db`` (SQLite creates and migrates it on first use); any problem is a :func:`fail`."""
-    from .operator import OperatorError, open_store
-
-    try:
-        return open_store(db)
-    except OperatorError as exc:
-        fail(str(exc))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ import typer
 from fireledger.domain.keys import FireKey, from_us, to_us
 from fireledger.recurrence import RecurrenceError, format_instant, parse_instant
 
-from .common import DEFAULT_DB, Command, Db, fail, open_existing
+from .common import DEFAULT_DB, Command, Db, fail
+from .operator import open_existing
 
 __all__ = ["COMMANDS", "instant_us", "now_us", "when"]
 

@@ -24,8 +24,9 @@ import typer
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
-from .common import DEFAULT_DB, Command, Db, fail, open_existing
+from .common import DEFAULT_DB, Command, Db, fail
 from .evidence import instant_us, now_us, when
+from .operator import open_existing
 
 __all__ = ["COMMANDS"]
 

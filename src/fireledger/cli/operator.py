@@ -1,5 +1,6 @@
 """Operator commands that talk to the store directly: ``fireledger tenant create`` and
-``fireledger db upgrade``, and the store openers every operator command uses.
+``fireledger db upgrade``, and the store openers every operator command uses (:func:`open_existing`
+for commands on an existing deployment, :func:`open_any` otherwise).
 
 Every failure of the functions here is an :class:`OperatorError` carrying one line for the CLI to
 print. The store, the database drivers and the control plane's tenant code are imported when a
@@ -135,6 +136,21 @@ def open_existing_store(url: str, fail: Callable[[str], Any]) -> SqlStore:
         raise
 
 
+def open_existing(db: str) -> SqlStore:
+    """The store of an existing deployment, for commands that read or repair it (never creates a
+    SQLite file by a mistyped path); any problem is a :func:`~fireledger.cli.common.fail`."""
+    return open_existing_store(db, fail)
+
+
+def open_any(db: str) -> SqlStore:
+    """The store at ``db`` (SQLite creates and migrates it on first use); any problem is a
+    :func:`~fireledger.cli.common.fail`."""
+    try:
+        return open_store(db)
+    except OperatorError as exc:
+        fail(str(exc))
+
+
 def tenant_create_cmd(
     name: Annotated[str, typer.Argument(help="Tenant name (unique).")],
     db: Db = DEFAULT_DB,
@@ -169,4 +185,5 @@ COMMANDS = (
     Command("upgrade", db_upgrade_cmd, group="db"),
 )
 
-__all__ = ["COMMANDS", "OperatorError", "db_upgrade", "open_existing_store", "open_store", "tenant_create"]
+__all__ = ["COMMANDS", "OperatorError", "db_upgrade", "open_any", "open_existing", "open_existing_store", "open_store",
+           "tenant_create"]

@@ -14,7 +14,8 @@ from typing import Annotated
 import typer
 
 from .backfill import AsJson, instant_us
-from .common import DEFAULT_DB, Command, Db, fail, open_existing
+from .common import DEFAULT_DB, Command, Db, fail
+from .operator import open_existing
 
 __all__ = ["COMMANDS"]
 

@@ -22,7 +22,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import DEFAULT_DB, Command, Db, fail, open_existing
+from .common import DEFAULT_DB, Command, Db, fail
+from .operator import open_existing
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
 

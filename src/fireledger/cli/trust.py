@@ -23,7 +23,8 @@ from typing import Annotated
 
 import typer
 
-from .common import DEFAULT_DB, Command, Db, fail, open_any
+from .common import DEFAULT_DB, Command, Db, fail
+from .operator import open_any
 
 
 def _now_us() -> int:
