@@ -15,6 +15,7 @@ import typer
 from fireledger.recurrence import (
     TZDATA_VERSION,
     Occurrence,
+    Recurrence,
     RecurrenceError,
     compile_cron,
     compile_interval,
@@ -51,6 +52,7 @@ def preview_cmd(
         fail("give exactly one of --expr, --every, --at")
     if not 1 <= count <= 10_000:
         fail(f"--count: {count} is out of range 1-10000")
+    rec: Recurrence
     try:
         start = parse_instant(from_, "--from") if from_ is not None else datetime.now(UTC)
         if expr is not None:
