@@ -92,7 +92,11 @@ def test_serve_stops_in_time_with_attempts_in_flight_and_a_poisoned_retry_after(
         assert took <= STOP_S + MARGIN_S
         # A drain, not a forced exit: the attempts held open were abandoned at the drain deadline.
         assert svc.proc is not None and svc.proc.returncode == 0, svc.log_text()[-1500:]
-        assert "attempts still in flight" in svc.log_text()
+        # The runner's own drain deadline, or (a loaded machine) the service's at 0.7 T: either way a
+        # drain that gave up on the held attempts, not the watchdog.
+        log_text = svc.log_text()
+        assert "attempts still in flight" in log_text or "dispatch did not stop in time" in log_text
+        assert "did not stop within" not in log_text
     finally:
         svc.stop()
 

@@ -72,8 +72,12 @@ def test_attempt_outcomes_are_logged_with_their_fire_key_and_never_the_payload(
             d = Dispatcher(store, clock, "dispatch-logs", idle_s=0.05)
             task = asyncio.create_task(d.run())
             deadline = time.monotonic() + 20
-            while len(sink.records()) < 2 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            # Both attempts received and their results recorded (the attempt line is written then).
+            def settled() -> bool:
+                text = captured.getvalue()
+                return len(sink.records()) >= 2 and text.count('"msg": "attempt ') >= 2
+            while not settled() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)   # poll with a deadline
             d.stop()
             await task
 
