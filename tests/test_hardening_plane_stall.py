@@ -261,3 +261,58 @@ def test_a_blocking_internal_callable_cannot_take_every_thread() -> None:
         release.set()
     assert ok == "delivered", "another tenant's callable found no thread"
     assert set(blocked) <= {"unknown", "retry"} and "unknown" in blocked
+
+
+# --- a response head without end (red team, decision 0092) --------------------------------------
+
+ENDLESS_HEADS = {
+    "one-endless-header": (b"HTTP/1.1 200 OK\r\nX-A: ", b"a" * 65536),
+    "many-headers": (b"HTTP/1.1 200 OK\r\n", b"".join(b"X-%d: v\r\n" % i for i in range(4000))),
+    "endless-interim-heads": (b"", b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n" * 1000),
+    "endless-status-line": (b"HTTP/1.1 200 ", b"O" * 65536),
+}
+
+
+@pytest.mark.parametrize("kind", list(ENDLESS_HEADS))
+def test_a_response_head_without_end_is_cut_at_its_cap_not_read_to_the_deadline(kind: str) -> None:
+    """A target answering a head that never ends (one header growing without end, endless headers,
+    endless interim responses) made the dispatch process buffer all of it until the attempt's
+    deadline — up to 15 minutes of whatever the target could send, in the memory every tenant's
+    attempts share. The head is capped (``RESPONSE_HEAD_MAX_BYTES``): the attempt ends at once as a
+    retry naming the cause, and the target could write only a bounded amount before it was cut off."""
+    from fireledger.dispatch.http import HttpRequest, HttpSender
+    from fireledger.dispatch.wire import RESPONSE_HEAD_MAX_BYTES
+
+    start, chunk = ENDLESS_HEADS[kind]
+    written = {"bytes": 0}
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(start)
+        try:
+            while written["bytes"] < 2_000 * 1024 * 1024:
+                writer.write(chunk)
+                await writer.drain()
+                written["bytes"] += len(chunk)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> HttpResult:
+        server = await asyncio.start_server(endless, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with HttpSender() as sender:   # private targets allowed by tests/conftest.py
+                return await sender.send(HttpRequest(
+                    url=f"http://127.0.0.1:{port}/hook", secret=SECRET, fire_key="fk1", msg_id="fk1:1",
+                    timestamp=1_900_000_000, body=b"{}", timeout_s=20.0))
+        finally:
+            server.close()
+
+    t0 = time.monotonic()
+    res = asyncio.run(main())
+    assert time.monotonic() - t0 < 10, "the head was read until the deadline"
+    assert res.outcome == "retry" and res.http_status is None, res
+    assert f"larger than {RESPONSE_HEAD_MAX_BYTES} bytes" in (res.error or ""), res.error
+    assert written["bytes"] < 32 * 1024 * 1024, written   # the client stopped reading almost at once

@@ -80,6 +80,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True          # waiting for (or reading) a request head
         self._head_bytes = 0          # bytes of the current head fed to the parser so far
+        self._heads = 0               # heads completed on this connection
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
         if BoundedHttpToolsProtocol.cap is None:
@@ -99,12 +100,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        was_head = self._in_head
+        was_head, heads = self._in_head, self._heads
         if was_head and self._head_timer is None:
             self._arm_head_timer()
         super().data_received(data)
-        if was_head and self._in_head and not self._refused:
-            # The whole chunk belonged to a head that is still incomplete: the parser holds it.
+        if was_head and self._heads == heads and not self._refused:
+            # No head was completed by this chunk: all of it belongs to one still incomplete, which
+            # the parser holds (a chunk that completes a head is not counted: at most one read).
             self._head_bytes += len(data)
             if self._head_bytes > HEAD_MAX_BYTES:
                 self._refuse(_TOO_LARGE)
@@ -116,6 +118,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._heads += 1
         self._head_bytes = 0
         self._cancel_head_timer()
         super().on_headers_complete()
