@@ -143,5 +143,6 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detai
     await problem(status, detail, slug=slug, headers=headers)(scope, receive, send)
 
 
-__all__ = ["API_BODY_BYTES", "BODY_BUDGET_BYTES", "BODY_TIMEOUT_S", "CALLBACK_BODY_BYTES", "CONSOLE_BODY_BYTES", "DEFAULT_BODY_BYTES",
+__all__ = ["API_BODY_BYTES", "BODY_BUDGET_BYTES", "BODY_TIMEOUT_S", "CALLBACK_BODY_BYTES", "CONSOLE_BODY_BYTES",
+           "DEFAULT_BODY_BYTES",
            "BodyLimitMiddleware", "limit_for"]
