@@ -29,11 +29,13 @@ test: $(STAMP)
 	./scripts/ensure-chromium.sh >/dev/null
 	./scripts/ensure-faketime.sh >/dev/null
 	$(BIN)/ruff check src tests bench falsify
+	$(BIN)/lint-imports
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench falsify
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
@@ -62,4 +64,4 @@ falsify: $(STAMP)
 	$(BIN)/python falsify/run.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH4) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH4) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

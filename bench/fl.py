@@ -127,7 +127,8 @@ def profile_top(raw: Path, top: int = 12) -> dict[str, Any]:
         frames = [_frame(f) for f in stack.split(";")]
         self_c[frames[-1][0]] = self_c.get(frames[-1][0], 0) + k
         for name in {n for n, path in frames if "fireledger" in path.split("/")[:-1]   # py-spy shortens paths
-                     and not path.endswith(("fireledger/cli.py", "fireledger/service.py"))}:
+                     and not path.endswith(("fireledger/cli/__init__.py", "fireledger/cli/run.py",
+                                                "fireledger/service.py"))}:
             incl[name] = incl.get(name, 0) + k
     if not total:
         return {"samples": 0}

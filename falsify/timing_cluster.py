@@ -308,10 +308,10 @@ class Cluster:
         import base64
         import secrets as _secrets
 
-        from fireledger.control.partition import partition_of
         from fireledger.definitions import next_us
         from fireledger.domain.keys import from_us, new_id
         from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
+        from fireledger.domain.partition import partition_of
         from fireledger.recurrence import TZDATA_VERSION, compile_spec
         from fireledger.security.envelope import seal_payload
         from fireledger.store import SqlStore

@@ -125,7 +125,7 @@ def test_claims_read_only_the_partitions_held_modulo_the_count(store):
 
 
 def test_partition_count_change_resizes_leases_and_repartitions_triggers(store):
-    from fireledger.control.partition import partition_of
+    from fireledger.domain.partition import partition_of
 
     t = add_tenant(store)
     tg = add_target(store, t)

@@ -11,8 +11,8 @@ import pytest
 
 from e2e import cli
 from fireledger.clock import FakeClock, Interval
-from fireledger.control.partition import partition_of
 from fireledger.domain.model import TriggerState
+from fireledger.domain.partition import partition_of
 from fireledger.observe.metrics import METRICS
 from fireledger.store import SqlStore
 from fireledger.timing import ShadowRebuilder, TimingLoop
@@ -89,7 +89,7 @@ def test_a_consistent_index_shows_no_divergence_through_fires_amendments_pauses_
     assert sum(r.triggers for r in reports.values()) == 4
     # Stored under 0/1 by hand: pending wherever that differs from the id's hash partition (a random
     # id can hash to the partition it was stored under, so the count is computed, not assumed).
-    from fireledger.control.partition import partition_of
+    from fireledger.domain.partition import partition_of
 
     n = store.partition_count()
     expected = sum(1 for i, (trig, _) in enumerate(trigs) if partition_of(trig.id, n) != i % 2)

@@ -7,7 +7,9 @@ that batch in one short transaction. Live fires (pending / dispatching / held) a
 cutoff ``now − FIRELEDGER_HISTORY_RETENTION_DAYS`` (default 90), writing one archive file per pass
 into ``FIRELEDGER_HISTORY_ARCHIVE_DIR`` (default: a folder beside the SQLite file, else
 ``archive`` in the state directory — never the working directory). The operator commands
-``fireledger history export|purge`` use the same code.
+``fireledger history export|purge`` use the same code. Each archive line is
+:func:`fireledger.observe.records.archive_record` (the history API's item plus ``tenant_id`` and
+``work_outcome``; never a payload).
 """
 
 from __future__ import annotations
@@ -24,10 +26,22 @@ from typing import Any
 
 from fireledger.clock import Clock
 from fireledger.domain.keys import FireKey, from_us
+from fireledger.observe.records import archive_record
 
 log = logging.getLogger("fireledger.retention")
 
 DAY_US = 86_400 * 1_000_000
+DEFAULT_RETENTION_DAYS = 90
+RETENTION_DAYS_ENV = "FIRELEDGER_HISTORY_RETENTION_DAYS"
+
+
+def retention_days() -> int:
+    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90. Raises ``ValueError`` (one line
+    naming the variable) for anything else."""
+    raw = os.environ.get(RETENTION_DAYS_ENV, str(DEFAULT_RETENTION_DAYS))
+    if not raw.isdigit() or not 1 <= int(raw) <= 3650:
+        raise ValueError(f"{RETENTION_DAYS_ENV}: must be a whole number of days 1-3650, got {raw!r}")
+    return int(raw)
 
 
 def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *, purge: bool = True,
@@ -37,8 +51,6 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
     Returns ``(fires archived, live fires left in place)``. Never overwrites ``out`` (mode ``x``);
     the file is created 0600 (tenant history: readable by the service's user only).
     """
-    from fireledger.control.history import history_item
-
     tenants = store.tenant_ids()
     total = live_left = 0
     for tid in tenants:
@@ -57,10 +69,7 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
                 if not rows:
                     break
                 for r in rows:
-                    item = history_item(r.fire)
-                    item["tenant_id"] = r.fire.tenant_id
-                    item["work_outcome"] = r.outcome
-                    raw.write(json.dumps(item, separators=(",", ":")) + "\n")
+                    raw.write(json.dumps(archive_record(r.fire, r.outcome), separators=(",", ":")) + "\n")
                 raw.flush()               # a sync flush of the gzip stream, then to disk:
                 os.fsync(raw.fileno())    # a batch is deleted only once its archive is durable
                 last = rows[-1].fire
@@ -104,8 +113,6 @@ def run_once(store: Any, clock: Clock, days: int, archive_dir: Path) -> tuple[in
 
 async def retention_loop(store: Any, clock: Clock, *, every_s: float = 3600.0) -> None:
     """Run :func:`run_once` every ``every_s`` on its own thread (its own store connection)."""
-    from fireledger.cli_ops import retention_days
-
     days = retention_days()
     archive_dir = archive_dir_for(store)
     loop = asyncio.get_running_loop()

@@ -129,6 +129,24 @@ def trusted_proxies(env: dict[str, str] | None = None) -> list[str]:
     return out
 
 
+def bind_listen(listen: str) -> socket.socket:
+    """The control plane's listening socket, bound before any plane starts: an address in use or not
+    ours is one line naming ``--listen`` (``ValueError``), not a half-started process."""
+    host, port = parse_listen(listen)
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ValueError(f"--listen: {listen!r}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--listen: {listen!r}: {exc.strerror or exc}") from None
+    return sock
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -137,7 +155,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
-               keys: KeyRingFile | None = None) -> None:
+               keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None) -> None:
     import uvloop  # noqa: F401  (the policy is installed by the caller)
 
     from fireledger.timing import TimingNode
@@ -203,7 +221,8 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
                                         access_log=False, lifespan="off", proxy_headers=bool(trusted),
                                         forwarded_allow_ips=trusted or None,
                                         timeout_graceful_shutdown=max(1, int(stop_s * 0.4))))
-        tasks.append(asyncio.create_task(server.serve(), name="control"))
+        sockets = [listen_socket] if listen_socket is not None else None
+        tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="control"))
         log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
                  host, port, TZDATA_VERSION, store.engine_name)
 
@@ -283,7 +302,8 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
             from fireledger.control.httpproto import BoundedHttpToolsProtocol, max_connections
 
             BoundedHttpToolsProtocol.cap = max_connections()   # FIRELEDGER_MAX_CONNECTIONS (decision 0092)
-        uvloop.run(_run(store, roles, listen, db, keys))
+        listen_socket = bind_listen(listen or "127.0.0.1:8080") if "control" in roles else None
+        uvloop.run(_run(store, roles, listen, db, keys, listen_socket))
     finally:
         busy = _threads_still_running(1.0)
         if busy:   # closing a connection under a running call could crash the process: leave it to exit

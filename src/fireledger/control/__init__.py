@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .partition import partition_of
-
 if TYPE_CHECKING:
     from .app import create_app
 
-__all__ = ["create_app", "partition_of"]
+__all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:

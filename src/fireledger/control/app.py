@@ -58,12 +58,12 @@ from fireledger.store import SqlStore
 
 from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
 from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
-from .bodylimit import API_BODY_BYTES, BodyLimitMiddleware
+from .bodylimit import API_BODY_BYTES, BodyLimitMiddleware, is_signed_callback
 from .context import ApiContext
 from .denials import DenialLedger
 from .dryrun import miss_threshold_us
 from .dryrun import router as dryrun_router
-from .problems import PROBLEM_JSON, ProblemError, invalid, problem
+from .problems import PROBLEM_JSON, ProblemError, problem, validation_problem
 from .schemas import Health
 from .urls import private_targets_allowed_by_env
 
@@ -71,7 +71,6 @@ log = logging.getLogger("fireledger.control")
 
 #: Largest request body accepted under ``/v1`` (enforced for every route by :mod:`.bodylimit`).
 MAX_BODY_BYTES = API_BODY_BYTES
-_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
 def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
@@ -180,57 +179,6 @@ def _allowed_methods(request: Request) -> list[str]:
     return allowed
 
 
-def _field(loc: tuple[Any, ...] | list[Any]) -> str:
-    parts = list(loc)
-    if parts and parts[0] in _LOCATIONS:
-        kind = str(parts.pop(0))
-        if not parts:
-            return kind
-    return ".".join(str(p) for p in parts) or "body"
-
-
-def _problem_text(err: dict[str, Any]) -> str:
-    """A problem sentence for one pydantic error — from its type and context, never its input."""
-    kind = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    if kind == "extra_forbidden":
-        return "is not a known field"
-    if kind == "missing":
-        return "is required"
-    if kind in ("string_type", "string_unicode"):
-        return "must be a string"
-    if kind in ("dict_type", "model_attributes_type", "model_type"):
-        return "must be a JSON object"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return "must be an integer"
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected', 'the documented values')}"
-    if kind == "string_too_short":
-        return f"must be at least {ctx.get('min_length')} characters"
-    if kind == "string_too_long":
-        return f"must be at most {ctx.get('max_length')} characters"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        op = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
-        bound = next(iter(ctx.values()), "")
-        return f"must be {op} {bound}"
-    msg = str(err.get("msg", "is invalid"))
-    return msg[:1].lower() + msg[1:]
-
-
-def validation_problem(errors: Any) -> ProblemError:
-    items: list[tuple[str, str]] = []
-    for err in errors:
-        if err.get("type") == "json_invalid":
-            where = err.get("loc", ("body", 0))
-            pos = where[1] if len(where) > 1 else 0
-            return invalid([("body", f"is not valid JSON ({(err.get('ctx') or {}).get('error', 'syntax')} "
-                                     f"at character {pos})")], status=400)
-        items.append((_field(err.get("loc", ())), _problem_text(err)))
-    if not items:
-        items.append(("body", "is invalid"))
-    return invalid(items)
-
-
 class GuardMiddleware:
     """Outermost guard for the API (pure ASGI).
 
@@ -260,7 +208,7 @@ class GuardMiddleware:
 
         try:
             path: str = scope.get("path", "")
-            signed = outcomes.is_signed_callback(scope.get("method", ""), path)   # the target's signature
+            signed = is_signed_callback(scope.get("method", ""), path)   # the target's signature
             if (path == "/v1" or path.startswith("/v1/")) and not signed:
                 refusal, receive = await self._guard(scope, receive)
                 if refusal is not None:

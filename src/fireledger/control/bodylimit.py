@@ -29,6 +29,7 @@ every other path (health, metrics, JWKS, OpenAPI, unknown routes — none takes 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,10 +50,18 @@ BODY_TIMEOUT_S = 30.0
 BODY_BUDGET_BYTES = 64 * 1024 * 1024
 
 
+#: The one route that authenticates by signature instead of a bearer token (the outcome callback of
+#: :mod:`fireledger.control.outcomes`; the guard and this cap both recognise it by this pattern).
+SIGNED_CALLBACK = re.compile(r"^/v1/fires/[^/]+/outcome$")
+
+
+def is_signed_callback(method: str, path: str) -> bool:
+    """Whether a request is an outcome callback (authenticated by its signature, not a bearer token)."""
+    return method == "POST" and SIGNED_CALLBACK.fullmatch(path) is not None
+
+
 def limit_for(method: str, path: str) -> int:
     """The body limit (bytes) of a request to ``path`` with ``method``: the smallest that applies."""
-    from .outcomes import is_signed_callback
-
     if is_signed_callback(method, path):
         return CALLBACK_BODY_BYTES
     if path == "/v1" or path.startswith("/v1/"):
@@ -144,5 +153,4 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detai
 
 
 __all__ = ["API_BODY_BYTES", "BODY_BUDGET_BYTES", "BODY_TIMEOUT_S", "CALLBACK_BODY_BYTES", "CONSOLE_BODY_BYTES",
-           "DEFAULT_BODY_BYTES",
-           "BodyLimitMiddleware", "limit_for"]
+           "DEFAULT_BODY_BYTES", "SIGNED_CALLBACK", "BodyLimitMiddleware", "is_signed_callback", "limit_for"]

@@ -29,7 +29,6 @@ fire never dispatched, or its target or tenant deleted Â· 413 body over 64 KiB Â
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -44,7 +43,7 @@ from fireledger.store.dispatching import OutcomeRejected
 from .auth import require
 from .bodylimit import CALLBACK_BODY_BYTES
 from .context import ApiContext, get_ctx
-from .problems import ProblemError, conflict, invalid, not_found
+from .problems import ProblemError, conflict, invalid, not_found, validation_problem
 from .schemas import Problem
 from .views import instant
 
@@ -56,15 +55,6 @@ router = APIRouter(prefix="/v1/fires", tags=["history"],
 REPLAY_WINDOW_S = 300
 #: Largest callback body read (enforced by :mod:`fireledger.control.bodylimit`, the one body cap).
 MAX_CALLBACK_BYTES = CALLBACK_BODY_BYTES
-#: The one route that authenticates by signature instead of a bearer token (for the guard).
-SIGNED_CALLBACK = re.compile(r"^/v1/fires/[^/]+/outcome$")
-
-
-def is_signed_callback(method: str, path: str) -> bool:
-    """Whether a request is an outcome callback (authenticated here by its signature)."""
-    return method == "POST" and SIGNED_CALLBACK.fullmatch(path) is not None
-
-
 class OutcomeReport(BaseModel):
     """The callback body."""
 
@@ -106,8 +96,6 @@ def _report(body: bytes) -> OutcomeReport:
     try:
         return OutcomeReport.model_validate(doc)
     except ValidationError as exc:
-        from .app import validation_problem
-
         raise validation_problem([{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]) from None
 
 
@@ -202,4 +190,4 @@ def get_outcome(key: str, principal: Principal = Depends(require("reader")),
     return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}
 
 
-__all__ = ["MAX_CALLBACK_BYTES", "REPLAY_WINDOW_S", "SIGNED_CALLBACK", "callback", "is_signed_callback", "router"]
+__all__ = ["MAX_CALLBACK_BYTES", "REPLAY_WINDOW_S", "callback", "router"]

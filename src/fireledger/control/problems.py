@@ -74,3 +74,61 @@ def not_found(what: str) -> ProblemError:
 
 def conflict(detail: str) -> ProblemError:
     return ProblemError(409, detail, slug="conflict")
+
+
+# --- request validation (pydantic) errors → one 422 problem naming each field -------------------
+
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = list(loc)
+    if parts and parts[0] in _LOCATIONS:
+        kind = str(parts.pop(0))
+        if not parts:
+            return kind
+    return ".".join(str(p) for p in parts) or "body"
+
+
+def _problem_text(err: dict[str, Any]) -> str:
+    """A problem sentence for one pydantic error — from its type and context, never its input."""
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    if kind == "missing":
+        return "is required"
+    if kind in ("string_type", "string_unicode"):
+        return "must be a string"
+    if kind in ("dict_type", "model_attributes_type", "model_type"):
+        return "must be a JSON object"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "must be an integer"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', 'the documented values')}"
+    if kind == "string_too_short":
+        return f"must be at least {ctx.get('min_length')} characters"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()), "")
+        return f"must be {op} {bound}"
+    msg = str(err.get("msg", "is invalid"))
+    return msg[:1].lower() + msg[1:]
+
+
+def validation_problem(errors: Any) -> ProblemError:
+    """One problem for pydantic ``errors``: 400 for a body that is not JSON, else 422 naming each field
+    (field names and problem sentences only; never the input)."""
+    items: list[tuple[str, str]] = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            where = err.get("loc", ("body", 0))
+            pos = where[1] if len(where) > 1 else 0
+            return invalid([("body", f"is not valid JSON ({(err.get('ctx') or {}).get('error', 'syntax')} "
+                                     f"at character {pos})")], status=400)
+        items.append((_field(err.get("loc", ())), _problem_text(err)))
+    if not items:
+        items.append(("body", "is invalid"))
+    return invalid(items)

@@ -35,6 +35,7 @@ from fireledger.domain.model import (
     TriggerState,
     TriggerVersion,
 )
+from fireledger.domain.partition import partition_of
 from fireledger.recurrence import (
     TZDATA_VERSION,
     OneShotRecurrence,
@@ -54,7 +55,6 @@ from . import history
 from .audit import record_policy_change
 from .auth import check_role, require
 from .context import ApiContext, get_ctx
-from .partition import partition_of
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import (
     Preview,

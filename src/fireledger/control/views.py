@@ -12,15 +12,11 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire, Policies, Target, Trigger, TriggerVersion
-from fireledger.recurrence import format_duration, format_instant
+from fireledger.observe.records import fire_record, instant
+from fireledger.recurrence import format_duration
 
 from .problems import ProblemError, invalid
-
-
-def instant(us: int | None) -> str | None:
-    return None if us is None else format_instant(from_us(us))
 
 
 def duration_s(seconds: float) -> str:
@@ -69,30 +65,8 @@ def trigger_view(t: Trigger, v: TriggerVersion) -> dict[str, Any]:
 
 
 def fire_view(f: Fire) -> dict[str, Any]:
-    return {
-        "key": str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq)),
-        "trigger_id": f.trigger_id,
-        "scheduled_instant": instant(f.scheduled_us),
-        "decided_at": instant(f.decided_us),
-        "dispatched_at": instant(f.dispatched_us),
-        "finished_at": instant(f.finished_us),
-        "state": f.state,
-        "cause": f.cause,
-        "kind": f.kind,
-        "lane": f.lane,
-        "version": f.version,
-        "tzdata_version": f.tzdata_version,
-        "decided_by": f.decided_by,
-        "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
-        "eps_source": f.eps_source,
-        "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
-        "attempts": [
-            {"attempt": a.number, "started_at": instant(a.started_us), "finished_at": instant(a.finished_us),
-             "result": a.result, "http_status": a.http_status, "error": a.error,
-             "duration_s": None if a.finished_us is None else (a.finished_us - a.started_us) / 1e6}
-            for a in f.attempt_list
-        ],
-    }
+    """The API's view of a fire: the fire record of :mod:`fireledger.observe.records` (never a payload)."""
+    return fire_record(f)
 
 
 # --- cursors ----------------------------------------------------------------------------------

@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from fireledger.clock import Clock
-from fireledger.control.partition import partition_of
 from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.keys import from_us
+from fireledger.domain.partition import partition_of
 from fireledger.observe.metrics import METRICS
 from fireledger.store import SqlStore
 from fireledger.store.leases import DIVERGENCE_KINDS, Divergence, RebuildStats, ShadowReport, ShadowRow, StrayDue
@@ -214,6 +214,42 @@ def rebuild_partitions(store: SqlStore) -> list[int]:
     return list(_partitions(store, store.partition_count()))
 
 
+@dataclass(frozen=True)
+class Repartitioned:
+    """What :func:`repartition` did: the count before and after, triggers walked and moved, and how
+    many triggers are still stored under a partition number ≥ the new count (created meanwhile)."""
+
+    previous: int
+    partitions: int
+    triggers: int
+    moved: int
+    stored_out_of_range: int
+
+
+def repartition(store: SqlStore, count: int, *, batch: int = 1000,
+                on_start: Callable[[int, int], None] = lambda previous, total: None,
+                on_batch: Callable[[int], None] = lambda walked: None) -> Repartitioned:
+    """Change the partition count to ``count`` on a running cluster: record it (the lease and shadow
+    tables follow), then rewrite every trigger's stored partition (and its due row) to
+    :func:`~fireledger.domain.partition.partition_of` in transactions of ``batch`` triggers.
+
+    Idempotent: running it again finishes an interrupted change. ``on_start(previous, total)`` is
+    called once before the walk, ``on_batch(walked)`` after each transaction. The caller checks the
+    bounds of ``count`` and ``batch``; store and database errors propagate."""
+    old = store.set_partition_count(count)
+    on_start(old, store.count_triggers())
+    seen = moved = 0
+    after = ""
+    while True:
+        after, k, m = store.repartition_batch(after, batch, lambda tid: partition_of(tid, count))
+        seen += k
+        moved += m
+        on_batch(k)
+        if k < batch:
+            break
+    return Repartitioned(old, count, seen, moved, store.count_out_of_range(count))
+
+
 def _partitions(store: SqlStore, n: int) -> Iterator[int]:
     yield from range(n)
     if store.count_out_of_range(n):
@@ -225,4 +261,5 @@ def _at(us: int | None) -> str:
     return "none" if us is None else from_us(us).isoformat().replace("+00:00", "Z")
 
 
-__all__ = ["ShadowRebuilder", "ShadowSettings", "compare", "expected_next", "rebuild", "rebuild_partitions"]
+__all__ = ["Repartitioned", "ShadowRebuilder", "ShadowSettings", "compare", "expected_next", "rebuild",
+           "rebuild_partitions", "repartition"]

@@ -1,19 +1,24 @@
-"""Operator commands that talk to the store directly (``fireledger tenant create``, ``db upgrade``).
+"""Operator commands that talk to the store directly: ``fireledger tenant create`` and
+``fireledger db upgrade``, and the store openers every operator command uses (:func:`open_existing`
+for commands on an existing deployment, :func:`open_any` otherwise).
 
-Every failure is an :class:`OperatorError` carrying one line for the CLI to print.
+Every failure of the functions here is an :class:`OperatorError` carrying one line for the CLI to
+print. The store, the database drivers and the control plane's tenant code are imported when a
+command runs, not when the CLI starts.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fireledger.clock import SystemClock
-from fireledger.store import SqlStore, StoreError
-from fireledger.store.engine import engine_for_url
+import typer
 
-from .tenants import create_tenant, validate_tenant_name
+from .common import DEFAULT_DB, Command, Db, fail
+
+if TYPE_CHECKING:
+    from fireledger.store import SqlStore
 
 
 class OperatorError(Exception):
@@ -25,6 +30,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_duplicate(exc: BaseException) -> bool:
+    import sqlite3
+
     if isinstance(exc, sqlite3.IntegrityError):
         return True
     try:
@@ -35,6 +42,10 @@ def _is_duplicate(exc: BaseException) -> bool:
 
 
 def _is_db_error(exc: BaseException) -> bool:
+    import sqlite3
+
+    from fireledger.store import StoreError
+
     if isinstance(exc, StoreError | sqlite3.Error):
         return True
     try:
@@ -45,6 +56,9 @@ def _is_db_error(exc: BaseException) -> bool:
 
 
 def open_store(url: str, *, migrate: bool | None = None) -> SqlStore:
+    """Open the store at ``url`` (SQLite creates and migrates it on first use)."""
+    from fireledger.store import SqlStore, StoreError
+
     try:
         return SqlStore.open(url, migrate=migrate)
     except StoreError as exc:
@@ -57,6 +71,9 @@ def open_store(url: str, *, migrate: bool | None = None) -> SqlStore:
 
 def tenant_create(url: str, name: str) -> tuple[str, str]:
     """Create tenant ``name`` with one principal holding every role; return ``(tenant_id, token)``."""
+    from fireledger.clock import SystemClock
+    from fireledger.control.tenants import create_tenant, validate_tenant_name
+
     try:
         name = validate_tenant_name(name)
     except ValueError as exc:
@@ -76,6 +93,10 @@ def tenant_create(url: str, name: str) -> tuple[str, str]:
 
 def db_upgrade(url: str) -> tuple[list[int], int]:
     """Apply every missing migration; return ``(applied versions, resulting schema version)``."""
+    from fireledger.clock import SystemClock
+    from fireledger.store import SqlStore, StoreError
+    from fireledger.store.engine import engine_for_url
+
     try:
         store = SqlStore(engine_for_url(url))
     except StoreError as exc:
@@ -113,3 +134,56 @@ def open_existing_store(url: str, fail: Callable[[str], Any]) -> SqlStore:
     except OperatorError as exc:
         fail(str(exc))
         raise
+
+
+def open_existing(db: str) -> SqlStore:
+    """The store of an existing deployment, for commands that read or repair it (never creates a
+    SQLite file by a mistyped path); any problem is a :func:`~fireledger.cli.common.fail`."""
+    return open_existing_store(db, fail)
+
+
+def open_any(db: str) -> SqlStore:
+    """The store at ``db`` (SQLite creates and migrates it on first use); any problem is a
+    :func:`~fireledger.cli.common.fail`."""
+    try:
+        return open_store(db)
+    except OperatorError as exc:
+        fail(str(exc))
+
+
+def tenant_create_cmd(
+    name: Annotated[str, typer.Argument(help="Tenant name (unique).")],
+    db: Db = DEFAULT_DB,
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"tenant_id": …, "token": …}.')] = False,
+) -> None:
+    """Create a tenant and a token carrying every role of it (the token is shown only once)."""
+    try:
+        tenant_id, token = tenant_create(db, name)
+    except OperatorError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps({"tenant_id": tenant_id, "token": token}))
+        return
+    typer.echo(f"created tenant {name!r}: {tenant_id}")
+    typer.echo(f"token (shown only once; send as 'Authorization: Bearer <token>'): {token}")
+
+
+def db_upgrade_cmd(db: Db = DEFAULT_DB) -> None:
+    """Apply every missing schema migration (PostgreSQL needs this; SQLite migrates on first use)."""
+    try:
+        applied, version = db_upgrade(db)
+    except OperatorError as exc:
+        fail(str(exc))
+    if applied:
+        typer.echo(f"applied migrations {', '.join(str(v) for v in applied)}; schema at version {version}")
+    else:
+        typer.echo(f"schema already at version {version}; nothing to apply")
+
+
+COMMANDS = (
+    Command("create", tenant_create_cmd, group="tenant"),
+    Command("upgrade", db_upgrade_cmd, group="db"),
+)
+
+__all__ = ["COMMANDS", "OperatorError", "db_upgrade", "open_any", "open_existing", "open_existing_store", "open_store",
+           "tenant_create"]

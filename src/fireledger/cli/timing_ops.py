@@ -1,4 +1,5 @@
-"""Operator commands of the timing plane (they talk to the store directly):
+"""Operator commands of the timing plane (they talk to the store; the work is the plane's functions,
+:func:`fireledger.timing.shadow.rebuild` and :func:`fireledger.timing.shadow.repartition`):
 
     fireledger due-index rebuild --db URL [--json]     replace the due index with what the registry implies
     fireledger due-index report  --db URL [--json]     the shadow rebuilder's latest findings
@@ -21,17 +22,10 @@ from typing import Annotated, Any
 
 import typer
 
-from fireledger.statedir import default_db_url
+from .common import DEFAULT_DB, Command, Db, fail
+from .operator import open_existing
 
-DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledger.statedir)
-_DB_HELP = "Store URL: sqlite:///PATH or postgresql://… (env FIRELEDGER_DB)."
-Db = Annotated[str, typer.Option("--db", help=_DB_HELP, envvar="FIRELEDGER_DB")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")]
-
-due_index_app = typer.Typer(help="The due index (a projection of the registry): rebuild, shadow report.",
-                            no_args_is_help=True, rich_markup_mode=None)
-partitions_app = typer.Typer(help="The partition keyspace of the timing plane.", no_args_is_help=True,
-                             rich_markup_mode=None)
 
 
 def _iso(us: int | None) -> str | None:
@@ -41,16 +35,8 @@ def _iso(us: int | None) -> str | None:
     return None if us is None else format_instant(from_us(us))
 
 
-def _open(db: str) -> Any:
-    from fireledger.cli import fail
-    from fireledger.control.operator import open_existing_store
-
-    return open_existing_store(db, fail)
-
-
 def _db_errors(exc: Exception) -> None:
     """Turn a store or database error into one line and exit 2 (never a traceback); re-raise others."""
-    from fireledger.cli import fail
     from fireledger.store import StoreError
 
     if isinstance(exc, StoreError):
@@ -70,13 +56,12 @@ def _progress() -> Any:
                     console=Console(stderr=True), transient=True)
 
 
-@due_index_app.command("rebuild")
 def rebuild_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     """Replace the due index with the rows the registry and the ledger imply (one transaction per
     partition; safe while timing nodes run)."""
     from fireledger.timing.shadow import rebuild, rebuild_partitions
 
-    store = _open(db)
+    store = open_existing(db)
     try:
         parts = rebuild_partitions(store)
         with _progress() as progress:
@@ -97,16 +82,14 @@ def rebuild_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
                f"{out['changed']} changed; every other row was already right)")
 
 
-@due_index_app.command("report")
 def report_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False,
                limit: Annotated[int, typer.Option("--limit", help="Divergent rows to list (0-100000).")] = 50) -> None:
     """The shadow rebuilder's latest report: per partition when it was checked and what diverged."""
-    from fireledger.cli import fail
     from fireledger.store.leases import DIVERGENCE_KINDS
 
     if not 0 <= limit <= 100_000:
         fail(f"--limit: {limit} is out of range 0-100000")
-    store = _open(db)
+    store = open_existing(db)
     try:
         n = store.partition_count()
         reports = [r for r in store.shadow_reports() if r.partition < n]
@@ -152,12 +135,11 @@ def report_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False,
         c.print(t)
 
 
-@partitions_app.command("show")
 def partitions_show_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     """The partition count, who holds the leases, and how much is left to repartition."""
     from fireledger.clock import SystemClock
 
-    store = _open(db)
+    store = open_existing(db)
     try:
         n = store.partition_count()
         leases = [lease for lease in store.lease_table() if lease.partition < n]
@@ -185,7 +167,6 @@ def partitions_show_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
                    f"{pending} reported by the shadow rebuilder; run `fireledger partitions set {n}` again")
 
 
-@partitions_app.command("set")
 def partitions_set_cmd(count: Annotated[int, typer.Argument(help="The new partition count (1-65536).")],
                        db: Db = DEFAULT_DB, as_json: AsJson = False,
                        batch: Annotated[int, typer.Option(
@@ -193,33 +174,27 @@ def partitions_set_cmd(count: Annotated[int, typer.Argument(help="The new partit
     """Change the partition count on a running cluster: record it, resize the lease and shadow
     tables, then rewrite every trigger's stored partition in batches (idempotent: run it again to
     finish an interrupted change)."""
-    from fireledger.cli import fail
-    from fireledger.control.partition import partition_of
+    from fireledger.timing.shadow import repartition
 
     if not 1 <= count <= 65536:
         fail(f"COUNT: {count} is out of range 1-65536")
     if not 1 <= batch <= 10_000:
         fail(f"--batch: {batch} is out of range 1-10000")
-    store = _open(db)
+    store = open_existing(db)
     try:
-        old = store.set_partition_count(count)
-        total = store.count_triggers()
-        seen = moved = 0
-        after = ""
         with _progress() as progress:
-            task = progress.add_task(f"repartitioning {old} → {count}", total=total)
-            while True:
-                after, k, m = store.repartition_batch(after, batch, lambda tid: partition_of(tid, count))
-                seen += k
-                moved += m
-                progress.advance(task, k)
-                if k < batch:
-                    break
-        left = store.count_out_of_range(count)
+            task = progress.add_task(f"repartitioning → {count}", total=None)
+
+            def started(previous: int, total: int) -> None:
+                progress.update(task, description=f"repartitioning {previous} → {count}", total=total)
+
+            done = repartition(store, count, batch=batch, on_start=started,
+                               on_batch=lambda walked: progress.advance(task, walked))
     except Exception as exc:
         _db_errors(exc)
     finally:
         store.close()
+    old, seen, moved, left = done.previous, done.triggers, done.moved, done.stored_out_of_range
     out = {"previous": old, "partitions": count, "triggers": seen, "moved": moved, "stored_out_of_range": left}
     if as_json:
         typer.echo(json.dumps(out))
@@ -228,10 +203,11 @@ def partitions_set_cmd(count: Annotated[int, typer.Argument(help="The new partit
                + (f"; {left} created meanwhile still out of range: run this command again" if left else ""))
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``due-index`` and ``partitions`` to the ``fireledger`` app."""
-    app.add_typer(due_index_app, name="due-index")
-    app.add_typer(partitions_app, name="partitions")
+COMMANDS = (
+    Command("rebuild", rebuild_cmd, group="due-index"),
+    Command("report", report_cmd, group="due-index"),
+    Command("show", partitions_show_cmd, group="partitions"),
+    Command("set", partitions_set_cmd, group="partitions"),
+)
 
-
-__all__ = ["due_index_app", "partitions_app", "register"]
+__all__ = ["COMMANDS"]

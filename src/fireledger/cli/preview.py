@@ -1,0 +1,103 @@
+"""``fireledger preview``: the next instants of a schedule, computed by the same code as the timing loop.
+
+Bad input prints one line ``fireledger: preview: <flag>: <problem>`` and exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, tzinfo
+from typing import Annotated
+
+import typer
+
+from fireledger.recurrence import (
+    TZDATA_VERSION,
+    Occurrence,
+    Recurrence,
+    RecurrenceError,
+    compile_cron,
+    compile_interval,
+    compile_once,
+    format_instant,
+    parse_instant,
+    preview,
+)
+
+from .common import Command, fail
+
+__all__ = ["COMMANDS", "preview_cmd"]
+
+_NOTES = {
+    "gap": "wall time does not exist (DST gap): fires when the clock jumps",
+    "fold": "wall time occurs twice (DST fold): first occurrence only",
+}
+
+
+def preview_cmd(
+    expr: Annotated[str | None, typer.Option("--expr", help="Cron expression (5 or 6 fields).")] = None,
+    every: Annotated[str | None, typer.Option("--every", help="Interval, e.g. 90s, 15m.")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="One-shot instant (RFC 3339).")] = None,
+    zone: Annotated[str, typer.Option("--zone", help="IANA zone the wall time is read in.")] = "UTC",
+    from_: Annotated[
+        str | None, typer.Option("--from", help="Start after this RFC 3339 instant (default: now).")
+    ] = None,
+    count: Annotated[int, typer.Option("--count", help="How many instants (1-10000).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """Show the next instants of a schedule, computed by the same code as the timing loop."""
+    forms = [name for name, v in (("--expr", expr), ("--every", every), ("--at", at)) if v is not None]
+    if len(forms) != 1:
+        fail("give exactly one of --expr, --every, --at")
+    if not 1 <= count <= 10_000:
+        fail(f"--count: {count} is out of range 1-10000")
+    rec: Recurrence
+    try:
+        start = parse_instant(from_, "--from") if from_ is not None else datetime.now(UTC)
+        if expr is not None:
+            rec = compile_cron(expr, zone)
+        elif every is not None:
+            rec = compile_interval(every, start, zone)
+        else:
+            assert at is not None
+            rec = compile_once(at, zone)
+        occurrences = preview(rec, start, count)
+    except RecurrenceError as exc:
+        flags = {"cron": "--expr", "zone": "--zone", "every": "--every", "at": "--at", "--from": "--from"}
+        where = flags.get(exc.field, f"--expr: {exc.field}")
+        fail(f"{where}: {exc.problem}")
+    if as_json:
+        typer.echo(json.dumps([_item(occ) for occ in occurrences]))
+        return
+    _table(occurrences, zone, getattr(rec, "zone", UTC))
+
+
+def _item(occ: Occurrence) -> dict[str, object]:
+    item: dict[str, object] = {"instant": format_instant(occ.instant), "tzdata_version": TZDATA_VERSION}
+    if occ.wall is not None:
+        item["local"] = occ.wall.replace(tzinfo=None).isoformat()
+    if occ.note:
+        item["dst"] = occ.note
+    return item
+
+
+def _table(occurrences: Sequence[Occurrence], zone: str, tz: tzinfo) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"next {len(occurrences)} instants ({zone}, tzdata {TZDATA_VERSION})")
+    table.add_column("#", justify="right")
+    table.add_column("instant (UTC)")
+    table.add_column(f"wall time ({zone})")
+    table.add_column("note")
+    for i, occ in enumerate(occurrences, 1):
+        wall = occ.instant.astimezone(tz)
+        table.add_row(str(i), format_instant(occ.instant), wall.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                      _NOTES.get(occ.note or "", ""))
+    Console().print(table)
+    if not occurrences:
+        typer.echo("the schedule has no instants after --from")
+
+
+COMMANDS = (Command("preview", preview_cmd),)
