@@ -226,3 +226,30 @@ def test_serve_refuses_a_new_default_store_beside_the_old_one(tmp_path):
     r = _run(["serve", "--listen", "127.0.0.1:0"], checkout, env, timeout=20)
     assert r.returncode == 2 and "mv fireledger.db .fireledger/fireledger.db" in r.stderr
     assert not (checkout / ".fireledger" / "fireledger.db").exists()
+
+
+def test_a_history_archive_is_written_readable_by_the_service_user_only(tmp_path):
+    """Red team (decision 0092): a retention archive (every tenant's fire history) was created with
+    the process umask — 0644 under the usual 022, in a directory made 0755 — so any local user could
+    read other tenants' history. The directory is made 0700 and each archive 0600, whatever the umask."""
+    from fireledger.clock import FakeClock
+    from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
+    from fireledger.retention import DAY_US, run_once
+    from storekit import T0, add_target, add_tenant, add_trigger, open_store
+
+    store = open_store("sqlite", tmp_path, None)
+    old_umask = os.umask(0o022)
+    try:
+        t = add_tenant(store)
+        trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
+        fire = NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.EXPIRED, T0, "2026f",
+                       "n", cause="expired: test")
+        store.apply_decisions([Decision(Advance(trig.id, first, 1, first, 1), (fire,))])
+        archive_dir = tmp_path / "archives" / "history"
+        assert run_once(store, FakeClock(T0 + 200 * DAY_US), 90, archive_dir)[0] == 1
+    finally:
+        os.umask(old_umask)
+        store.close()
+    [archive] = list(archive_dir.iterdir())
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600, oct(archive.stat().st_mode)
+    assert stat.S_IMODE(archive_dir.stat().st_mode) == 0o700, oct(archive_dir.stat().st_mode)

@@ -261,3 +261,147 @@ def test_a_blocking_internal_callable_cannot_take_every_thread() -> None:
         release.set()
     assert ok == "delivered", "another tenant's callable found no thread"
     assert set(blocked) <= {"unknown", "retry"} and "unknown" in blocked
+
+
+# --- a response head without end (red team, decision 0092) --------------------------------------
+
+ENDLESS_HEADS = {
+    "one-endless-header": (b"HTTP/1.1 200 OK\r\nX-A: ", b"a" * 65536),
+    "many-headers": (b"HTTP/1.1 200 OK\r\n", b"".join(b"X-%d: v\r\n" % i for i in range(4000))),
+    "endless-interim-heads": (b"", b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n" * 1000),
+    "endless-status-line": (b"HTTP/1.1 200 ", b"O" * 65536),
+}
+
+
+@pytest.mark.parametrize("kind", list(ENDLESS_HEADS))
+def test_a_response_head_without_end_is_cut_at_its_cap_not_read_to_the_deadline(kind: str) -> None:
+    """A target answering a head that never ends (one header growing without end, endless headers,
+    endless interim responses) made the dispatch process buffer all of it until the attempt's
+    deadline — up to 15 minutes of whatever the target could send, in the memory every tenant's
+    attempts share. The head is capped (``RESPONSE_HEAD_MAX_BYTES``): the attempt ends at once as a
+    retry naming the cause, and the target could write only a bounded amount before it was cut off."""
+    from fireledger.dispatch.http import HttpRequest, HttpSender
+    from fireledger.dispatch.wire import RESPONSE_HEAD_MAX_BYTES
+
+    start, chunk = ENDLESS_HEADS[kind]
+    written = {"bytes": 0}
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(start)
+        try:
+            while written["bytes"] < 2_000 * 1024 * 1024:
+                writer.write(chunk)
+                await writer.drain()
+                written["bytes"] += len(chunk)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> HttpResult:
+        server = await asyncio.start_server(endless, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with HttpSender() as sender:   # private targets allowed by tests/conftest.py
+                return await sender.send(HttpRequest(
+                    url=f"http://127.0.0.1:{port}/hook", secret=SECRET, fire_key="fk1", msg_id="fk1:1",
+                    timestamp=1_900_000_000, body=b"{}", timeout_s=20.0))
+        finally:
+            server.close()
+
+    t0 = time.monotonic()
+    res = asyncio.run(main())
+    assert time.monotonic() - t0 < 10, "the head was read until the deadline"
+    assert res.outcome == "retry" and res.http_status is None, res
+    assert f"larger than {RESPONSE_HEAD_MAX_BYTES} bytes" in (res.error or ""), res.error
+    assert written["bytes"] < 32 * 1024 * 1024, written   # the client stopped reading almost at once
+
+
+# --- a tenant's huge catch-up (red team, decision 0093) ------------------------------------------
+
+
+def _every_second(after: int) -> int:
+    return (after // S + 1) * S
+
+
+@pytest.mark.parametrize("policy", ["fire-all", "fire-once-now", "skip"])
+def test_one_plan_of_a_huge_catch_up_is_bounded_and_the_slices_decide_every_instant_once(policy: str) -> None:
+    """An every-second trigger with a 24 h horizon after a 48 h gap (a pause, an outage): one plan
+    enumerated and recorded all 86,401 instants of the horizon — seconds of CPU and one transaction of
+    86,401 fires, during which no other tenant's fire was decided. Each plan now covers at most
+    2 × ENUMERATION_CAP instants; the row stays due at the first undecided one; followed to the end,
+    the slices decide every instant once, exactly as the policy says for the whole gap."""
+    from fireledger.domain.model import DueRow, MissedFirePolicy
+    from fireledger.domain.policies import ENUMERATION_CAP, PlanContext, plan_due
+
+    earliest = T0 + 48 * 3600 * S
+    ctx = PlanContext(earliest_us=earliest, decided_by="n", tzdata_version="x")
+    pol = Policies(missed_fire=MissedFirePolicy(policy), catchup_horizon_s=86400)
+    row = DueRow("tr_flood", "tn_1", 0, T0, 1)
+    decided: list[NewFire] = []
+    plans = 0
+    while True:
+        t0 = time.perf_counter()
+        d = plan_due(row, _every_second, pol, ctx)
+        assert time.perf_counter() - t0 < 1.0
+        plans += 1
+        assert len(d.fires) <= 2 * ENUMERATION_CAP + 1, len(d.fires)
+        decided.extend(d.fires)
+        nxt = d.advance.new_next_us
+        assert nxt is not None
+        if nxt > earliest:
+            break
+        assert nxt > row.next_us
+        row = DueRow("tr_flood", "tn_1", 0, nxt, 1)
+    assert plans > 1
+    instants = [f.scheduled_us for f in decided]
+    assert instants == sorted(set(instants))            # never one instant twice
+    pending = [f.scheduled_us for f in decided if f.state == FireState.PENDING]
+    on_time = list(range(earliest - 60 * S, earliest + 1, S))   # lateness ≤ the 60 s miss threshold
+    if policy == "fire-all":   # each instant of the horizon fired once
+        assert pending == list(range(earliest - 86400 * S, earliest + 1, S))
+    else:                      # the on-time ones only (fire-once-now: none missed is fired then)
+        assert pending == on_time
+        assert len(decided) <= plans * 200   # the non-dispatch record stays collapsed per plan
+
+
+def _fire_counts(store, trigger_id: str) -> tuple[int, int, int]:
+    """(fires, distinct instants, pending) of one trigger, read with one query."""
+    with store.engine.read() as c:
+        row = c.execute("SELECT COUNT(*), COUNT(DISTINCT scheduled_us), "
+                        "SUM(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) "
+                        f"FROM fires WHERE trigger_id = '{trigger_id}'").fetchone()
+    return int(row[0]), int(row[1]), int(row[2] or 0)
+
+
+def test_a_huge_catch_up_does_not_hold_the_timing_plane_for_another_tenant(store) -> None:
+    """With the real timing loop and store: one tenant's every-second ``fire-all`` trigger, 24 h
+    behind, and another tenant's minute trigger due now. Each tick commits a bounded slice; the
+    other tenant's instant is decided on the first tick; the flood is fully decided over the next."""
+    from fireledger.clock import FakeClock
+    from fireledger.domain.model import MissedFirePolicy
+    from fireledger.domain.policies import ENUMERATION_CAP
+
+    now = T0 + 24 * 3600 * S + 30 * S
+    a = add_tenant(store, "flooder", now_us=T0)
+    b = add_tenant(store, "bystander", now_us=T0)
+    ta, tb = add_target(store, a, now_us=T0), add_target(store, b, now_us=T0)
+    flood, _, _ = add_trigger(store, a, ta, {"every": "1s"}, now_us=T0,
+                              policies=Policies(missed_fire=MissedFirePolicy.FIRE_ALL, catchup_horizon_s=86400))
+    calm, _, first = add_trigger(store, b, tb, {"cron": "* * * * *"}, now_us=now - 31 * S)
+    clock = FakeClock(now, eps_us=1_000)
+    loop = TimingLoop(store, clock, "t1")
+    loop.tick()
+    assert [f.scheduled_us for f in store.list_fires(b.id, calm.id)] == [first]   # decided on the first tick
+    n, _, _ = _fire_counts(store, flood.id)
+    assert 0 < n <= 2 * ENUMERATION_CAP + 1, n           # one bounded slice, not the whole day
+    ticks = 1
+    while any(r.trigger_id == flood.id for r in store.due_rows(clock.now().earliest_us, 10)):
+        assert ticks < 200, "the catch-up never finished"
+        loop.tick()
+        ticks += 1
+    n, distinct, pending = _fire_counts(store, flood.id)
+    earliest = clock.now().earliest_us
+    in_horizon = earliest // S + (86400 * S - earliest) // S + 1   # whole seconds in [earliest - 24 h, earliest]
+    assert n == distinct and pending == in_horizon and ticks > 1

@@ -48,7 +48,8 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
                       on_progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
     """Archive (and with ``purge`` delete) terminal fires scheduled before ``before_us``.
 
-    Returns ``(fires archived, live fires left in place)``. Never overwrites ``out`` (mode ``x``).
+    Returns ``(fires archived, live fires left in place)``. Never overwrites ``out`` (mode ``x``);
+    the file is created 0600 (tenant history: readable by the service's user only).
     """
     tenants = store.tenant_ids()
     total = live_left = 0
@@ -59,7 +60,8 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
     done = 0
     if total == 0:
         return 0, live_left
-    with gzip.open(out, "xt", encoding="utf-8") as raw:
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as sink, gzip.open(sink, "wt", encoding="utf-8") as raw:
         for tid in tenants:
             cursor = None
             while True:
@@ -100,7 +102,7 @@ def run_once(store: Any, clock: Clock, days: int, archive_dir: Path) -> tuple[in
     """One retention pass with cutoff ``now − days``; the archive file is named after the cutoff."""
     now = clock.now().earliest_us
     cut = now - days * DAY_US
-    archive_dir.mkdir(parents=True, exist_ok=True)
+    archive_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     stamp = from_us(cut).strftime("%Y%m%dT%H%M%SZ")
     out = archive_dir / f"fireledger-history-before-{stamp}-{now}.jsonl.gz"
     done, live = archive_and_purge(store, cut, out, purge=True)

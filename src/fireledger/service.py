@@ -200,6 +200,7 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
         import uvicorn
 
         from fireledger.control.app import create_app
+        from fireledger.control.httpproto import BoundedHttpToolsProtocol
 
         def changed() -> None:
             if timing is not None:
@@ -215,7 +216,8 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
         app = create_app(store, clock, on_definition_change=changed, keys=keys)
         host, port = parse_listen(listen or "127.0.0.1:8080")
         trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (decision 0084)
-        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+        # Bounded heads, head time and connections (decision 0092); bodies: control/bodylimit.py.
+        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", http=BoundedHttpToolsProtocol,
                                         access_log=False, lifespan="off", proxy_headers=bool(trusted),
                                         forwarded_allow_ips=trusted or None,
                                         timeout_graceful_shutdown=max(1, int(stop_s * 0.4))))
@@ -297,6 +299,9 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
 
             trusted_proxies()
             public_url_from_env()
+            from fireledger.control.httpproto import BoundedHttpToolsProtocol, max_connections
+
+            BoundedHttpToolsProtocol.cap = max_connections()   # FIRELEDGER_MAX_CONNECTIONS (decision 0092)
         listen_socket = bind_listen(listen or "127.0.0.1:8080") if "control" in roles else None
         uvloop.run(_run(store, roles, listen, db, keys, listen_socket))
     finally:

@@ -15,6 +15,12 @@ Contract:
 * The inner app is not called for a refused request: an unknown route, a route that ignores its
   body, or an unauthenticated one are all capped the same way.
 
+Time and total (decision 0092): the whole body must arrive within :data:`BODY_TIMEOUT_S` of the
+first read (else ``408``, ``Connection: close``), and the bodies all requests of the process hold
+at once may total at most :data:`BODY_BUDGET_BYTES` (a chunk that would pass it is answered ``503``
+with ``Retry-After: 1``) — so slow or parallel bodies from unauthenticated peers cannot hold more
+than that, whatever the number of connections.
+
 Limits (bytes): ``/v1/…`` 1 MiB (a trigger's payload is capped at 64 KiB; this bounds parsing), the
 signed outcome callback ``POST /v1/fires/{key}/outcome`` 64 KiB, the console's forms 4 KiB, and
 every other path (health, metrics, JWKS, OpenAPI, unknown routes — none takes a body) 4 KiB.
@@ -22,6 +28,7 @@ every other path (health, metrics, JWKS, OpenAPI, unknown routes — none takes 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 
@@ -37,6 +44,10 @@ CALLBACK_BODY_BYTES = 64 * 1024
 CONSOLE_BODY_BYTES = 4 * 1024
 #: Every other path: none of them takes a body.
 DEFAULT_BODY_BYTES = 4 * 1024
+#: Time allowed for one request body to arrive, from the first read.
+BODY_TIMEOUT_S = 30.0
+#: Most body bytes held at once by all requests of one process.
+BODY_BUDGET_BYTES = 64 * 1024 * 1024
 
 
 #: The one route that authenticates by signature instead of a bearer token (the outcome callback of
@@ -63,9 +74,13 @@ def limit_for(method: str, path: str) -> int:
 class BodyLimitMiddleware:
     """See the module docstring. ``limits`` maps ``(method, path)`` to a byte limit (for tests)."""
 
-    def __init__(self, app: ASGIApp, limits: Callable[[str, str], int] = limit_for) -> None:
+    def __init__(self, app: ASGIApp, limits: Callable[[str, str], int] = limit_for,
+                 budget: int = BODY_BUDGET_BYTES, timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         self.limits = limits
+        self.budget = budget
+        self.timeout_s = timeout_s
+        self.held = 0   # body bytes held by requests in progress (one event loop: no lock needed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -85,41 +100,57 @@ class BodyLimitMiddleware:
                 return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return   # the client went away: nothing to answer
-            body = message.get("body", b"")
-            size += len(body)
-            if size > limit:
-                await _too_large(scope, receive, send, limit)
+        try:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    while True:
+                        message = await receive()
+                        if message["type"] == "http.disconnect":
+                            return   # the client went away: nothing to answer
+                        body = message.get("body", b"")
+                        if size + len(body) > limit:
+                            await _too_large(scope, receive, send, limit)
+                            return
+                        if self.held + len(body) > self.budget:
+                            await _refuse(scope, receive, send, 503, "too many request bodies in progress; "
+                                          "retry later", "busy", retry_after=True)
+                            return
+                        size += len(body)
+                        self.held += len(body)
+                        if body:
+                            chunks.append(body)
+                        if not message.get("more_body", False):
+                            break
+            except TimeoutError:
+                await _refuse(scope, receive, send, 408, f"the request body did not arrive within "
+                              f"{self.timeout_s:g} s", "body-timeout")
                 return
-            if body:
-                chunks.append(body)
-            if not message.get("more_body", False):
-                break
-        data = b"".join(chunks)
-        del chunks
-        replayed = False
+            data = b"".join(chunks)
+            del chunks
+            replayed = False
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": data, "more_body": False}
-            return await receive()   # after the body: wait for the disconnect, as the server would
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": data, "more_body": False}
+                return await receive()   # after the body: wait for the disconnect, as the server would
 
-        await self.app(scope, replay, send)
+            await self.app(scope, replay, send)
+        finally:
+            self.held -= size
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
     await _refuse(scope, receive, send, 413, f"the request body is larger than {limit} bytes", "body-too-large")
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detail: str, slug: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, detail: str, slug: str,
+                  retry_after: bool = False) -> None:
     """Answer a problem and close the connection (the unread rest of the body is never read)."""
-    await problem(status, detail, slug=slug, headers={"Connection": "close"})(scope, receive, send)
+    headers = {"Connection": "close", **({"Retry-After": "1"} if retry_after else {})}
+    await problem(status, detail, slug=slug, headers=headers)(scope, receive, send)
 
 
-__all__ = ["API_BODY_BYTES", "CALLBACK_BODY_BYTES", "CONSOLE_BODY_BYTES", "DEFAULT_BODY_BYTES",
-           "SIGNED_CALLBACK", "BodyLimitMiddleware", "is_signed_callback", "limit_for"]
+__all__ = ["API_BODY_BYTES", "BODY_BUDGET_BYTES", "BODY_TIMEOUT_S", "CALLBACK_BODY_BYTES", "CONSOLE_BODY_BYTES",
+           "DEFAULT_BODY_BYTES", "SIGNED_CALLBACK", "BodyLimitMiddleware", "is_signed_callback", "limit_for"]

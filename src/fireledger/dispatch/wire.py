@@ -58,6 +58,10 @@ __all__ = [
 KEEPALIVE_S = 15.0
 #: A host name's vetted addresses are reused for new connections this long (aiohttp's default too).
 DNS_TTL_S = 10.0
+#: Largest response head (status line and headers, interim heads included) read from a target; a
+#: longer one fails the exchange as a protocol error (the parser would otherwise buffer it whole
+#: until the attempt's deadline: decision 0092).
+RESPONSE_HEAD_MAX_BYTES = 64 * 1024
 HAPPY_EYEBALLS_DELAY_S = 0.25
 _TARGET_CACHE_MAX = 4096
 
@@ -155,7 +159,7 @@ class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection; one request at a time (no pipelining)."""
 
     __slots__ = ("_expired", "_parser", "_pool", "body_left", "closed", "date", "error",
-                 "fail_kind", "idle_since", "interim", "keep_alive", "origin", "over_cap",
+                 "fail_kind", "head_bytes", "idle_since", "interim", "keep_alive", "origin", "over_cap",
                  "peer", "poller", "retry_after", "state", "status", "transport", "waiter")
 
     def __init__(self, pool: Pool, origin: Origin) -> None:
@@ -172,6 +176,7 @@ class Connection(asyncio.Protocol):
         self.keep_alive = False
         self.over_cap = False
         self.body_left = 0
+        self.head_bytes = 0   # bytes of the response head still being parsed (see data_received)
         self.retry_after: bytes | None = None
         self.date: bytes | None = None
         self.error: str | None = None
@@ -209,8 +214,16 @@ class Connection(asyncio.Protocol):
         if self.state != _HEAD and self.state != _BODY:
             self.abort()   # bytes nobody asked for: this connection is not in a known state
             return
+        was_head = self.state == _HEAD
         try:
             self._parser.feed_data(data)
+            if was_head and (self.state == _HEAD or self.interim):
+                # The whole chunk belonged to a head still being parsed: the parser holds it.
+                self.head_bytes += len(data)
+                if self.head_bytes > RESPONSE_HEAD_MAX_BYTES and not self.closed:
+                    self._fail(f"invalid HTTP response: the response head is larger than "
+                               f"{RESPONSE_HEAD_MAX_BYTES} bytes", kind="protocol")
+                    self.abort()
         except httptools.HttpParserUpgrade:
             self.keep_alive = False
             if self.state == _BODY:
@@ -598,6 +611,7 @@ class Pool:
         conn.over_cap = False
         conn.keep_alive = False
         conn.body_left = body_cap
+        conn.head_bytes = 0
         conn.error = None
         conn._expired = False
         waiter = conn.waiter = self.loop.create_future()

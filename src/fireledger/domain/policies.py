@@ -10,6 +10,14 @@ within the horizon ``fire-all`` fires each (catch-up lane, original instant kept
 fires only the most recent (others ``skipped``), ``skip`` fires none. Instants not missed fire in
 the on-time lane. The record stays bounded: at most ``record_cap`` individual rows per plan, then one
 range record carrying the count.
+
+The work of one plan is bounded too (decision 0093): at most :data:`ENUMERATION_CAP` instants are
+enumerated before the horizon's edge (the rest of an expired range is jumped over, counted as "more
+than"), and at most :data:`ENUMERATION_CAP` from it. A plan that reaches the second cap is *partial*:
+it decides its instants and advances the row to the first instant it did not decide, still due, so
+the next cycle goes on from there (``fire-once-now`` fires nothing in a partial plan: a more recent
+missed instant follows). A tenant's every-second trigger with a 24 h horizon thus costs each cycle
+a bounded slice, never 86,400 instants in one plan and one transaction.
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ from .smearing import dispatch_not_before_us
 DEFAULT_MISS_THRESHOLD_US = 60_000_000
 #: Individual non-dispatch rows per plan before the rest collapse into one range record.
 DEFAULT_RECORD_CAP = 100
-#: Instants enumerated per plan at most; beyond it the expired range is counted as "more than".
-ENUMERATION_CAP = 10_000
+#: Instants enumerated per plan at most before the horizon's edge (beyond it the expired range is
+#: counted as "more than"), and at most again from the edge (beyond it the plan is partial).
+ENUMERATION_CAP = 2_000
 
 NextFn = Callable[[int], int | None]
 
@@ -99,18 +108,27 @@ def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanCont
     horizon_us = policies.catchup_horizon_s * 1_000_000
     instants: list[int] = []
     t: int | None = row.next_us
-    overflow = False
+    overflow = False    # the expired range was jumped over, not enumerated to its end
+    partial = False     # instants up to ``earliest`` remain for the next plan
     while t is not None and t <= earliest:
         if len(instants) >= ENUMERATION_CAP:
-            overflow = True
+            if instants[-1] < earliest - horizon_us:
+                overflow = True
+            else:
+                partial = True
             break
         instants.append(t)
         t = next_fn(t)
     if overflow:
         # Skip the rest of a very long gap without enumerating it: resume from the horizon's edge.
-        t = next_fn(earliest - horizon_us - 1) if instants[-1] < earliest - horizon_us else t
+        t = next_fn(earliest - horizon_us - 1)
+        more = 0
         while t is not None and t <= earliest:
+            if more >= ENUMERATION_CAP:
+                partial = True
+                break
             instants.append(t)
+            more += 1
             t = next_fn(t)
     new_next = t
 
@@ -137,7 +155,7 @@ def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanCont
     if policy == MissedFirePolicy.FIRE_ALL:
         fires.extend(fire(u, FireKind.CATCH_UP, Lane.CATCH_UP, FireState.PENDING) for u in within)
     elif policy == MissedFirePolicy.FIRE_ONCE_NOW:
-        keep = within[-1] if within and not on_time else None
+        keep = within[-1] if within and not on_time and not partial else None
         for u in within:
             if u == keep:
                 fires.append(fire(u, FireKind.CATCH_UP, Lane.CATCH_UP, FireState.PENDING))
@@ -266,11 +284,19 @@ class Gap:
 
 
 def replay_gap(gap: Gap, next_fn: NextFn, policies: Policies, ctx: PlanContext) -> Decision:
-    """What :func:`plan_due` decides for ``gap`` under ``policies``: the same call the timing loop
-    made (the due row at the gap's first instant, decided at ``gap.decided_us``), nothing stored.
+    """What :func:`plan_due` decides for ``gap`` under ``policies``: the same calls the timing loop
+    made (the due row at the gap's first instant, decided at ``gap.decided_us``; partial plans
+    followed to the end, as the loop's next cycles would), nothing stored.
     ``ctx.earliest_us`` is replaced by the gap's decision instant."""
     row = DueRow(gap.trigger_id, gap.tenant_id, 0, gap.first_us, gap.version)
-    return plan_due(row, next_fn, policies, replace(ctx, earliest_us=gap.decided_us))
+    at = replace(ctx, earliest_us=gap.decided_us)
+    d = plan_due(row, next_fn, policies, at)
+    fires = list(d.fires)
+    while d.advance.new_next_us is not None and d.advance.new_next_us <= gap.decided_us:   # partial plans
+        row = replace(row, next_us=d.advance.new_next_us)
+        d = plan_due(row, next_fn, policies, at)
+        fires.extend(d.fires)
+    return Decision(replace(d.advance, expected_next_us=gap.first_us), tuple(fires))
 
 
 def replay_counts(gap: Gap, next_fn: NextFn, policies: Policies, ctx: PlanContext) -> GapCounts:
