@@ -32,7 +32,7 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
             return got
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
+        time.sleep(interval_s)   # poll with a deadline
 
 
 def prepare_state_dir(path: Path) -> Path:

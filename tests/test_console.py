@@ -50,7 +50,7 @@ def deliver_all(store: SqlStore, clock: FakeClock, want: int, timeout_s: float =
         task = asyncio.create_task(d.run())
         deadline = time.monotonic() + timeout_s
         while d.delivered < want and time.monotonic() < deadline and not task.done():
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)   # poll with a deadline
         d.stop()
         await task
         return d.delivered

@@ -262,7 +262,7 @@ def _wait_flushed(api: Api, deadline_s: float = 15.0) -> None:
     end = time.monotonic() + deadline_s
     while ledger is not None and ledger.pending():
         assert time.monotonic() < end, f"{ledger.pending()} refusals still unwritten"
-        time.sleep(0.05)
+        time.sleep(0.05)   # poll with a deadline
 
 
 def _stop(api: Api) -> None:

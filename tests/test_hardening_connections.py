@@ -46,7 +46,7 @@ def wait_for(predicate, timeout_s: float, what: str):
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(0.05)   # poll with a deadline
 
 
 def run_threads(n: int, work) -> None:

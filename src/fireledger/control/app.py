@@ -126,8 +126,10 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
 
     from fireledger.observe.metrics import STORE_METRICS_TTL_S, StoreCollector
 
-    store_metrics = StoreCollector(store, clock, ttl_s=STORE_METRICS_TTL_S if metrics_cache_s is None
-                                   else metrics_cache_s).registry()
+    store_collector = StoreCollector(store, clock, ttl_s=STORE_METRICS_TTL_S if metrics_cache_s is None
+                                     else metrics_cache_s)
+    store_metrics = store_collector.registry()
+    app.state.store_metrics = store_collector   # its cache's clock is stepped by tests
     from fireledger.backfill import max_fires_from_env
     from fireledger.observe.smearing import SmearingCollector
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -97,12 +97,14 @@ class StoreCollector:
     scrape storm) cost the store its four queries once. ``ttl_s = 0`` reads the store every scrape.
     """
 
-    def __init__(self, store: Any, clock: Any, *, ttl_s: float = STORE_METRICS_TTL_S) -> None:
+    def __init__(self, store: Any, clock: Any, *, ttl_s: float = STORE_METRICS_TTL_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         if ttl_s < 0:
             raise ValueError("ttl_s: must be ≥ 0")
         self.store = store
         self.clock = clock
         self.ttl_s = ttl_s
+        self.monotonic = monotonic   # the cache's age is read from this (tests step it)
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Metric]] | None = None
 
@@ -117,7 +119,7 @@ class StoreCollector:
     def collect(self) -> Iterator[Metric]:
         """The families of the latest store reading (fresh when older than ``ttl_s``)."""
         with self._lock:   # concurrent scrapes wait for one reading instead of each making their own
-            now = time.monotonic()
+            now = self.monotonic()
             if self._cached is None or now - self._cached[0] >= self.ttl_s or self.ttl_s == 0:
                 self._cached = (now, list(self._read()))
             families = self._cached[1]
