@@ -67,8 +67,9 @@ def register(app: typer.Typer) -> None:
         as_json: AsJson = False,
     ) -> None:
         """Backfill one trigger over a past window: backfill fires in the backfill lane, audited."""
-        from fireledger.backfill import HARD_MAX, BackfillRefused, max_fires_from_env, run_backfill
-        from fireledger.domain.model import TriggerState
+        from fireledger.backfill import HARD_MAX, max_fires_from_env
+        from fireledger.clock import SystemClock
+        from fireledger.registry import Conflict, Invalid, NotFound, Registry
 
         lo = instant(from_, "--from")
         hi = instant(to, "--to")
@@ -81,24 +82,22 @@ def register(app: typer.Typer) -> None:
             fail(f"--max: {max_fires} is out of range 1-{HARD_MAX}")
         store = open_store(db)
         try:
-            t = store.trigger_by_id(trigger_id)
-            if t is None or t.state == TriggerState.DELETED:
-                fail(f"TRIGGER_ID: no trigger {trigger_id!r}")
-            if t.state != TriggerState.ACTIVE:
-                fail(f"TRIGGER_ID: the trigger is {t.state.value}, not active; resume it before a backfill")
-            v = store.get_version(t.id, t.current_version)
-            if v is None:
-                fail(f"TRIGGER_ID: trigger {trigger_id!r} has no current version")
+            reg = Registry(store)
+            try:
+                found = reg.current_any(trigger_id)
+            except NotFound as exc:
+                fail(f"TRIGGER_ID: no trigger {trigger_id!r}" if exc.what == "trigger"
+                     else f"TRIGGER_ID: trigger {trigger_id!r} has no current version")
+            t = found.trigger
             with _Progress(enabled=not as_json) as bar:
                 try:
-                    from fireledger.clock import SystemClock
-
-                    iv = SystemClock().now()   # the bound is recorded on every fire (invariant 18)
-                    res = run_backfill(store, t, v, lo, hi, now_us=iv.earliest_us, actor="operator",
-                                       decided_by="operator", dry_run=dry_run, skip_delivered=skip_delivered,
-                                       max_fires=max_fires, on_instants=bar.instants, on_commit=bar.commit,
-                                       eps=(iv.eps_us, iv.source))
-                except BackfillRefused as exc:
+                    # The clock's earliest bound is "now"; its ε is recorded on every fire (invariant 18).
+                    res = reg.backfill(found, lo, hi, now=SystemClock().now(), actor="operator", decided_by="operator",
+                                       dry_run=dry_run, skip_delivered=skip_delivered, max_fires=max_fires,
+                                       on_instants=bar.instants, on_commit=bar.commit)
+                except Conflict as exc:
+                    fail(f"TRIGGER_ID: {exc.detail}")
+                except Invalid as exc:
                     field, problem = exc.errors[0]
                     fail(f"{_FLAGS.get(field, field)}: {problem}")
         finally:
