@@ -187,11 +187,13 @@ class Registry:
         return self.create_checked(tenant_id, actor, d, now_us=now_us,
                                    audited=values.keys() if explicit is None else explicit)
 
-    def _rows(self, tenant_id: str, d: Definition, now_us: int, tid: str,
-              part: int) -> tuple[Trigger, TriggerVersion]:
+    def _rows(self, tenant_id: str, d: Definition, now_us: int, tid: str, part: int,
+              schedule: dict[str, Any] | None = None) -> tuple[Trigger, TriggerVersion]:
+        """The rows of a new trigger (``schedule``: ``d.rec.spec()`` when the caller has it already)."""
         trigger = Trigger(id=tid, tenant_id=tenant_id, name=d.name, state=TriggerState.ACTIVE, current_version=1,
                           partition=part, created_us=now_us, updated_us=now_us, next_us=d.next_us)
-        version = TriggerVersion(trigger_id=tid, version=1, tenant_id=tenant_id, schedule=d.rec.spec(),
+        version = TriggerVersion(trigger_id=tid, version=1, tenant_id=tenant_id,
+                                 schedule=d.rec.spec() if schedule is None else schedule,
                                  target_id=d.target_id, payload=seal_payload(self.store, tenant_id, tid, 1, d.payload),
                                  policies=d.policies, tzdata_version=TZDATA_VERSION, created_us=now_us)
         return trigger, version
@@ -228,9 +230,13 @@ class Registry:
             items.clear()
             audits.clear()
 
+        specs: dict[int, tuple[Recurrence, dict[str, Any]]] = {}   # one normalised schedule per compiled one
         for d in defs:
             tid = new_id("tr")
-            trigger, version = self._rows(tenant_id, d, now_us, tid, partition_of(tid, partitions))
+            known = specs.get(id(d.rec))
+            if known is None or known[0] is not d.rec:
+                known = specs[id(d.rec)] = (d.rec, d.rec.spec())
+            trigger, version = self._rows(tenant_id, d, now_us, tid, partition_of(tid, partitions), known[1])
             items.append((trigger, version, d.next_us))
             note = policy_audit(tenant_id, actor, trigger.id, None, d.policies, audited, now_us)
             if note is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from fireledger.domain.keys import FireKey
@@ -69,7 +70,9 @@ def _one(rowcount: int, what: str) -> bool:
     return rowcount == 1
 
 
+@lru_cache(maxsize=1024)
 def policies_to_json(p: Policies) -> str:
+    """Encode policies (immutable values, few distinct ones: cached, which bulk creates rely on)."""
     return json.dumps(asdict(p), sort_keys=True)
 
 
