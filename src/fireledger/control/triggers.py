@@ -1,8 +1,10 @@
 """``/v1/triggers`` and ``/v1/fires``: definitions, their lifecycle, preview and fire history.
 
-Every definition change writes a new immutable version (or a state change) and the trigger's single
-due row in one store transaction (invariant 5), then calls ``on_definition_change`` so an embedded
-timing loop wakes at once. Schedules are compiled by :mod:`fireledger.recurrence` — the same code as
+The handlers check roles and shape HTTP; every act is the definitions service's
+(:class:`fireledger.registry.Registry`): a new immutable version (or a state change), the trigger's
+single due row and the act's audit row in one store transaction (invariant 5), then
+``on_definition_change`` so an embedded timing loop wakes at once. Its refusals become problem
+details in the app's handler (:func:`.problems.from_registry`). Schedules are compiled by :mod:`fireledger.recurrence` — the same code as
 the timing loop — and stored *normalised* (``rec.spec()``: an interval carries its anchor), so every
 later computation from a version is deterministic.
 
