@@ -4,12 +4,14 @@ The handlers check roles and shape HTTP; every act is the definitions service's
 (:class:`fireledger.registry.Registry`): a new immutable version (or a state change), the trigger's
 single due row and the act's audit row in one store transaction (invariant 5), then
 ``on_definition_change`` so an embedded timing loop wakes at once. Its refusals become problem
-details in the app's handler (:func:`.problems.from_registry`). Schedules are compiled by :mod:`fireledger.recurrence` — the same code as
-the timing loop — and stored *normalised* (``rec.spec()``: an interval carries its anchor), so every
-later computation from a version is deterministic.
+details in the app's handler (:func:`.problems.from_registry`). Schedules are compiled by
+:mod:`fireledger.recurrence` — the same code as the timing loop — and stored *normalised*
+(``rec.spec()``: an interval carries its anchor), so every later computation from a version is
+deterministic.
 
 ``POST /v1/triggers/{id}/run`` commits one ``manual`` fire now (its own key: the request's instant
-with sequence 1, so it never collides with a scheduled fire of the same instant) and audits it.
+with sequence 1, so it never collides with a scheduled fire of the same instant) and its audit row
+in one transaction.
 """
 
 from __future__ import annotations
