@@ -1,10 +1,8 @@
 """Bulk-loading triggers for the benchmarks, fast and not through the API.
 
-One *template* trigger is created through ``SqlStore.create_trigger`` (the call the API makes), then
-cloned row by row — ``triggers``, ``trigger_versions`` and ``due`` — with ``executemany`` in large
-transactions on the store's own engine: every column is copied from the template as the store wrote
-it (so columns added by later migrations come along), with a new id, its partition, the schedule
-and the due row's next instant substituted.
+The triggers are written by the definitions service (:meth:`fireledger.registry.Registry.create_many`:
+the rows the API writes — trigger, version with its sealed payload, partition, due row — in large
+transactions with ``executemany``), from schedules compiled by the product's compiler.
 """
 
 from __future__ import annotations
@@ -16,10 +14,9 @@ from typing import Any
 
 from fireledger.definitions import next_us
 from fireledger.domain.keys import from_us, new_id
-from fireledger.domain.model import Policies, Target, Tenant, Trigger, TriggerState, TriggerVersion
-from fireledger.domain.partition import partition_of
-from fireledger.recurrence import TZDATA_VERSION, compile_spec
-from fireledger.security.envelope import seal_payload
+from fireledger.domain.model import Policies, Target, Tenant
+from fireledger.recurrence import Recurrence, compile_spec
+from fireledger.registry import Definition, Registry
 from fireledger.store import SqlStore
 
 
@@ -42,71 +39,23 @@ def compiled(specs: Iterable[dict[str, Any]], now_us: int) -> Iterator[tuple[dic
         yield rec.spec(), next_us(rec, now_us)
 
 
-def _rows(c: Any, sql: str, params: tuple[Any, ...]) -> tuple[list[str], list[tuple[Any, ...]]]:
-    cur = c.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return cols, [tuple(r) for r in cur.fetchall()]
-
-
 def load_triggers(store: SqlStore, tenant: Tenant, target: Target, items: Iterable[tuple[dict[str, Any], int | None]],
                   now_us: int, *, batch: int = 50_000) -> dict[str, Any]:
-    """Create one trigger per (normalised schedule, next instant) in ``items``; returns count and time."""
+    """Create one trigger per (normalised schedule, next instant) in ``items`` through the definitions
+    service's bulk create (one transaction per ``batch``); returns count and time."""
     t0 = time.monotonic()
-    it = iter(items)
-    first = next(it, None)
-    if first is None:
-        return {"triggers": 0, "load_s": 0.0}
-    spec0, next0 = first
-    tid0 = new_id("tr")
-    store.create_trigger(
-        Trigger(tid0, tenant.id, "bench-0", TriggerState.ACTIVE, 1, partition_of(tid0), now_us, now_us),
-        TriggerVersion(tid0, 1, tenant.id, spec0, target.id, seal_payload(store, tenant.id, tid0, 1, b"{}"),
-                       Policies(), TZDATA_VERSION, now_us), next0)
-    ph = "?" if store.engine_name == "sqlite" else "%s"
-    with store.engine.read() as c:
-        if store.engine_name == "sqlite":
-            c.execute("PRAGMA cache_size = -262144")   # this loading connection only: 256 MiB of pages
-        tcols, trows = _rows(c, f"SELECT * FROM triggers WHERE id = {ph}", (tid0,))
-        vcols, vrows = _rows(c, f"SELECT * FROM trigger_versions WHERE trigger_id = {ph}", (tid0,))
-        dcols, drows = _rows(c, f"SELECT * FROM due WHERE trigger_id = {ph}", (tid0,))
-    trow, vrow, drow = list(trows[0]), list(vrows[0]), list(drows[0]) if drows else None
-    ti = {c: i for i, c in enumerate(tcols)}
-    vi = {c: i for i, c in enumerate(vcols)}
-    di = {c: i for i, c in enumerate(dcols)}
-    sql_t = f"INSERT INTO triggers ({', '.join(tcols)}) VALUES ({', '.join([ph] * len(tcols))})"
-    sql_v = f"INSERT INTO trigger_versions ({', '.join(vcols)}) VALUES ({', '.join([ph] * len(vcols))})"
-    sql_d = f"INSERT INTO due ({', '.join(dcols)}) VALUES ({', '.join([ph] * len(dcols))})"
-    count = 1
+    recs: dict[str, Recurrence] = {}
 
-    def flush(ts: list[tuple[Any, ...]], vs: list[tuple[Any, ...]], ds: list[tuple[Any, ...]]) -> None:
-        with store.engine.write() as c:   # in key order: fewer B-tree pages touched per batch
-            cur = c.cursor()
-            cur.executemany(sql_t, sorted(ts, key=lambda r: r[ti["id"]]))
-            cur.executemany(sql_v, sorted(vs, key=lambda r: r[vi["trigger_id"]]))
-            if ds:
-                cur.executemany(sql_d, sorted(ds, key=lambda r: r[di["trigger_id"]]))
+    def definitions() -> Iterator[Definition]:
+        for i, (spec, nxt) in enumerate(items):
+            key = json.dumps(spec, sort_keys=True)
+            rec = recs.get(key)
+            if rec is None:
+                rec = recs[key] = compile_spec(spec)
+            yield Definition(f"bench-{i}", rec, target.id, b"{}", Policies(), nxt)
 
-    ts: list[tuple[Any, ...]] = []
-    vs: list[tuple[Any, ...]] = []
-    ds: list[tuple[Any, ...]] = []
-    for spec, nxt in it:
-        tid = new_id("tr")
-        part = partition_of(tid)
-        t = trow.copy()
-        t[ti["id"]], t[ti["name"]], t[ti["partition"]] = tid, f"bench-{count}", part
-        v = vrow.copy()
-        v[vi["trigger_id"]], v[vi["schedule"]] = tid, json.dumps(spec, sort_keys=True)
-        v[vi["payload"]] = seal_payload(store, tenant.id, tid, 1, b"{}")   # bound to its trigger: one each
-        ts.append(tuple(t))
-        vs.append(tuple(v))
-        if drow is not None and nxt is not None:
-            d = drow.copy()
-            d[di["trigger_id"]], d[di["partition"]], d[di["next_us"]] = tid, part, nxt
-            ds.append(tuple(d))
-        count += 1
-        if len(ts) >= batch:
-            flush(ts, vs, ds)
-            ts, vs, ds = [], [], []
-    if ts:
-        flush(ts, vs, ds)
+    if store.engine_name == "sqlite":
+        with store.engine.read() as c:   # this thread's connection (the loading one): 256 MiB of pages
+            c.execute("PRAGMA cache_size = -262144")
+    count = Registry(store).create_many(tenant.id, "bench", definitions(), now_us=now_us, batch=batch)
     return {"triggers": count, "load_s": time.monotonic() - t0}

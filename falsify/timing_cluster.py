@@ -308,12 +308,9 @@ class Cluster:
         import base64
         import secrets as _secrets
 
-        from fireledger.definitions import next_us
-        from fireledger.domain.keys import from_us, new_id
-        from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
-        from fireledger.domain.partition import partition_of
-        from fireledger.recurrence import TZDATA_VERSION, compile_spec
-        from fireledger.security.envelope import seal_payload
+        from fireledger.domain.keys import new_id
+        from fireledger.domain.model import Policies, Principal, Target, Tenant
+        from fireledger.registry import Registry, definition
         from fireledger.store import SqlStore
 
         store = SqlStore.open(self.db)
@@ -332,19 +329,17 @@ class Cluster:
                 return tn, tg
 
             periods = list(periods_s)
+            registry = Registry(store)
             anchor = now - now % S + S
             out = []
             for i in range(n):
                 if i % per_tenant == 0:
                     tn, tg = tenant()
                 p = periods[i % len(periods)]
-                rec = compile_spec({"every": f"{p}s"}, default_anchor=from_us(anchor))
-                tid = new_id("tr")
-                trig = Trigger(tid, tn.id, f"t{i}", TriggerState.ACTIVE, 1, partition_of(tid), now, now)
-                v = TriggerVersion(tid, 1, tn.id, rec.spec(), tg.id, seal_payload(store, tn.id, tid, 1, b"{}"),
-                                   Policies(timeout_s=5.0), TZDATA_VERSION, now)
-                store.create_trigger(trig, v, next_us(rec, now))
-                out.append(Trig(tid, p * S, anchor))
+                d = definition({"every": f"{p}s"}, tg.id, now_us=now, anchor_us=anchor, name=f"t{i}",
+                               policies=Policies(timeout_s=5.0))
+                made = registry.create_checked(tn.id, "falsify", d, now_us=now)
+                out.append(Trig(made.trigger.id, p * S, anchor))
             return out
         finally:
             store.close()

@@ -4,13 +4,12 @@ build registry objects with little ceremony."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from fireledger.definitions import next_us
 from fireledger.domain.keys import new_id
-from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerState, TriggerVersion
-from fireledger.recurrence import TZDATA_VERSION, compile_spec
-from fireledger.security.envelope import seal_payload
+from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerVersion
+from fireledger.registry import Registry, definition
 from fireledger.store import SqlStore
 
 T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for fake clocks
@@ -54,17 +53,14 @@ def add_target(store: SqlStore, tenant: Tenant, url: str = "http://127.0.0.1:9/h
 def add_trigger(store: SqlStore, tenant: Tenant, target: Target, schedule: dict[str, Any], *,
                 now_us: int = T0, policies: Policies | None = None, payload: Any = None,
                 partition: int = 0) -> tuple[Trigger, TriggerVersion, int | None]:
-    from fireledger.domain.keys import from_us
-
-    rec = compile_spec(schedule, default_anchor=from_us(now_us))
+    """A trigger written through the definitions service (no API checks: the target may be
+    unverified, the schedule any that compiles), in partition ``partition``; returns the stored
+    trigger, its version (payload sealed, as the API stores it) and its first instant."""
     tid = new_id("tr")
-    trig = Trigger(tid, tenant.id, f"t-{tid}", TriggerState.ACTIVE, 1, partition, now_us, now_us)
-    sealed = seal_payload(store, tenant.id, tid, 1, json.dumps(payload or {}).encode())   # as the API stores it
-    v = TriggerVersion(tid, 1, tenant.id, rec.spec(), target.id, sealed, policies or Policies(), TZDATA_VERSION,
-                       now_us)
-    first = next_us(rec, now_us)
-    store.create_trigger(trig, v, first)
-    return trig, v, first
+    d = definition(schedule, target.id, now_us=now_us, name=f"t-{tid}", policies=policies,
+                   payload=json.dumps(payload or {}).encode())
+    made = Registry(store).create_checked(tenant.id, "test", d, now_us=now_us, trigger_id=tid, partition=partition)
+    return replace(made.trigger, next_us=None), made.version, d.next_us
 
 
 async def run_planes_until(planes: Any, predicate: Any, timeout_s: float) -> None:

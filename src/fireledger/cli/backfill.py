@@ -53,23 +53,30 @@ def backfill_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Backfill one trigger over a past window: backfill fires in the backfill lane, audited."""
-    from fireledger.backfill import BackfillRefused, run_backfill
     from fireledger.clock import SystemClock
+    from fireledger.registry import Conflict, Invalid, NotFound, Registry
 
     lo = instant_us(from_, "--from")
     hi = instant_us(to, "--to")
     limit = _max_fires(max_fires)
     store = open_existing(db)
     try:
-        t, v = _active_trigger(store, trigger_id)
+        reg = Registry(store)
+        try:
+            found = reg.current_any(trigger_id)
+        except NotFound as exc:
+            fail(f"TRIGGER_ID: no trigger {trigger_id!r}" if exc.what == "trigger"
+                 else f"TRIGGER_ID: trigger {trigger_id!r} has no current version")
+        t = found.trigger
         with _Progress(enabled=not as_json) as bar:
             try:
-                iv = SystemClock().now()   # the bound is recorded on every fire (invariant 18)
-                res = run_backfill(store, t, v, lo, hi, now_us=iv.earliest_us, actor="operator",
-                                   decided_by="operator", dry_run=dry_run, skip_delivered=skip_delivered,
-                                   max_fires=limit, on_instants=bar.instants, on_commit=bar.commit,
-                                   eps=(iv.eps_us, iv.source))
-            except BackfillRefused as exc:
+                # The clock's earliest bound is "now"; its ε is recorded on every fire (invariant 18).
+                res = reg.backfill(found, lo, hi, now=SystemClock().now(), actor="operator", decided_by="operator",
+                                   dry_run=dry_run, skip_delivered=skip_delivered, max_fires=limit,
+                                   on_instants=bar.instants, on_commit=bar.commit)
+            except Conflict as exc:
+                fail(f"TRIGGER_ID: {exc.detail}")
+            except Invalid as exc:
                 field, problem = exc.errors[0]
                 fail(f"{_FLAGS.get(field, field)}: {problem}")
     finally:
@@ -92,21 +99,6 @@ def _max_fires(max_fires: int | None) -> int:
     if not 1 <= max_fires <= HARD_MAX:
         fail(f"--max: {max_fires} is out of range 1-{HARD_MAX}")
     return max_fires
-
-
-def _active_trigger(store: Any, trigger_id: str) -> tuple[Any, Any]:
-    """The trigger and its current version; a trigger that is missing, deleted or not active is a :func:`fail`."""
-    from fireledger.domain.model import TriggerState
-
-    t = store.trigger_by_id(trigger_id)
-    if t is None or t.state == TriggerState.DELETED:
-        fail(f"TRIGGER_ID: no trigger {trigger_id!r}")
-    if t.state != TriggerState.ACTIVE:
-        fail(f"TRIGGER_ID: the trigger is {t.state.value}, not active; resume it before a backfill")
-    v = store.get_version(t.id, t.current_version)
-    if v is None:
-        fail(f"TRIGGER_ID: trigger {trigger_id!r} has no current version")
-    return t, v
 
 
 def _backfill_table(t: Any, res: Any, out: dict[str, Any], dry_run: bool) -> None:

@@ -54,6 +54,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fireledger.clock import Clock
+from fireledger.registry import RegistryError
 from fireledger.store import SqlStore
 
 from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
@@ -63,7 +64,7 @@ from .context import ApiContext
 from .denials import DenialLedger
 from .dryrun import miss_threshold_us
 from .dryrun import router as dryrun_router
-from .problems import PROBLEM_JSON, ProblemError, problem, validation_problem
+from .problems import PROBLEM_JSON, ProblemError, from_registry, problem, validation_problem
 from .schemas import Health
 from .urls import private_targets_allowed_by_env
 
@@ -105,6 +106,10 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         if isinstance(exc, Forbidden):
             await audit.record_denial(request, exc)  # a refused act is audited (invariant 13)
         return exc.response()
+
+    @app.exception_handler(RegistryError)
+    async def _refused(_request: Request, exc: RegistryError) -> Any:
+        return from_registry(exc).response()   # the definitions service refused: nothing written
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> Any:

@@ -1,5 +1,6 @@
 """``/v1/audit`` (privileged, role ``admin``): the tenant's own rows of the hash-chained audit; and the
-helpers the API uses to audit acts it performs outside the trust store mixin.
+helpers the API uses to audit refusals (a definition's acts are audited by :mod:`fireledger.registry`,
+in the transaction of the act).
 
 What is audited (actor = principal id, or ``operator`` / ``system:*``; time; prior and new value):
 tenant creation and deletion, principal creation and revocation, target creation, verification and
@@ -21,7 +22,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from fireledger.domain.keys import from_us
-from fireledger.domain.model import Policies, Principal
+from fireledger.domain.model import Principal
 from fireledger.recurrence import format_instant
 
 from .auth import Forbidden, require
@@ -29,16 +30,12 @@ from .context import ApiContext, get_ctx
 from .denials import DenialLedger
 from .problems import invalid
 from .schemas import Problem
-from .views import id_cursor, parse_id_cursor, policy_fields
+from .views import id_cursor, parse_id_cursor
 
 log = logging.getLogger("fireledger.control")
 
 router = APIRouter(prefix="/v1/audit", tags=["privileged"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
-
-#: Policy fields as the API names them, read from a version's policies.
-_POLICY_API_FIELDS = ("missed_fire_policy", "catchup_horizon", "overlap_policy", "outcome_window")
-
 
 class AuditItem(BaseModel):
     seq: int
@@ -115,20 +112,4 @@ async def record_invalid_token(scope: Any) -> None:
     await _account(ledger, None, "anonymous", "invalid-token", new, "invalid-token")
 
 
-def _policy_values(p: Policies) -> dict[str, Any]:
-    values = policy_fields(p)
-    return {k: values[k] for k in _POLICY_API_FIELDS}
-
-
-def record_policy_change(ctx: ApiContext, principal: Principal, trigger_id: str, prior: Policies | None,
-                         new: Policies, fields: set[str], now_us: int) -> None:
-    """Audit a change of a trigger's policy fields (``prior`` None: set at creation)."""
-    touched = sorted(fields & set(_POLICY_API_FIELDS))
-    if not touched:
-        return
-    before = {"trigger_id": trigger_id, **_policy_values(prior)} if prior is not None else None
-    after = {"trigger_id": trigger_id, **_policy_values(new), "fields": touched}
-    ctx.store.append_audit(principal.tenant_id, principal.id, "trigger.policy", now_us, before, after)
-
-
-__all__ = ["denial_ledger", "record_denial", "record_invalid_token", "record_policy_change", "router"]
+__all__ = ["denial_ledger", "record_denial", "record_invalid_token", "router"]

@@ -17,14 +17,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from fireledger.backfill import BackfillRefused, max_fires_from_env, run_backfill
+from fireledger.backfill import max_fires_from_env
 from fireledger.domain.keys import to_us
-from fireledger.domain.model import Principal, TriggerState
+from fireledger.domain.model import Principal
 from fireledger.recurrence import RecurrenceError, parse_instant
+from fireledger.registry import Registry
 
 from .auth import require
 from .context import ApiContext, get_ctx
-from .problems import conflict, invalid, not_found
+from .problems import invalid
 from .schemas import Problem
 
 log = logging.getLogger("fireledger.control")
@@ -88,36 +89,18 @@ def _instant(text: str, field: str, errors: list[tuple[str, str]]) -> int | None
 def backfill_trigger(trigger_id: str, body: BackfillRequest, response: Response,
                      principal: Principal = Depends(require("backfill")),
                      ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    t = ctx.store.get_trigger(principal.tenant_id, trigger_id)
-    if t is None:
-        raise not_found("trigger")
-    v = ctx.store.get_version(t.id, t.current_version)
-    if v is None or v.tenant_id != principal.tenant_id:
-        raise not_found("trigger")
+    reg = Registry(ctx.store, on_change=ctx.on_definition_change)
+    found = reg.current(principal.tenant_id, trigger_id)
     errors: list[tuple[str, str]] = []
     lo = _instant(body.from_, "from", errors)
     hi = _instant(body.to, "to", errors)
     if errors or lo is None or hi is None:
         raise invalid(errors)
-    if t.state != TriggerState.ACTIVE:
-        raise conflict(f"the trigger is {t.state.value}, not active; resume it before a backfill")
     # The clock's earliest bound: every instant of the window is then certainly in the past.
-    iv = ctx.clock.now()
-    now_us = iv.earliest_us
-    try:
-        res = run_backfill(ctx.store, t, v, lo, hi, now_us=now_us, actor=principal.id,
-                           decided_by=f"control:{principal.id}", dry_run=body.dry_run,
-                           skip_delivered=body.skip_delivered, max_fires=max_fires_from_env(),
-                           eps=(iv.eps_us, iv.source))
-    except BackfillRefused as exc:
-        raise invalid(exc.errors) from None
+    res = reg.backfill(found, lo, hi, now=ctx.clock.now(), actor=principal.id, decided_by=f"control:{principal.id}",
+                       dry_run=body.dry_run, skip_delivered=body.skip_delivered, max_fires=max_fires_from_env())
     if body.dry_run:
         response.status_code = 200
-    elif res.created:
-        try:
-            ctx.on_definition_change()   # wake the embedded planes; the dispatcher also polls
-        except Exception as exc:  # the fires are committed; a failed wake-up only delays them
-            log.warning("on_definition_change failed: %s", type(exc).__name__)
     return res.as_json()
 
 

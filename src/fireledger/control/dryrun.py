@@ -45,6 +45,7 @@ from fireledger.domain.policies import (
 )
 from fireledger.domain.smearing import is_popular
 from fireledger.recurrence import TZDATA_VERSION
+from fireledger.registry import checks
 
 from . import triggers
 from .auth import require
@@ -225,7 +226,7 @@ def dry_run_policy(trigger_id: str, body: PolicyPatch, principal: Principal = De
     found = triggers._lookup(ctx, principal, trigger_id)
     fields = body.model_fields_set
     errors: list[tuple[str, str]] = []
-    proposed = triggers._policies({f: getattr(body, f) for f in fields}, found.version.policies, errors)
+    proposed = checks.policies({f: getattr(body, f) for f in fields}, found.version.policies, errors)
     if errors:
         raise invalid(errors)
     threshold_us = _miss_threshold_us()

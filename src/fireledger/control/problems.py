@@ -13,6 +13,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from fireledger.registry.errors import Conflict, Invalid, LimitReached, NotFound, RegistryError
+
 PROBLEM_JSON = "application/problem+json"
 _TYPE_BASE = "urn:fireledger:problem:"
 
@@ -132,3 +134,16 @@ def validation_problem(errors: Any) -> ProblemError:
     if not items:
         items.append(("body", "is invalid"))
     return invalid(items)
+def from_registry(exc: RegistryError) -> ProblemError:
+    """The problem answering a refusal of the definitions service (:mod:`fireledger.registry`):
+    ``Invalid`` 422 naming each field, ``NotFound`` 404, ``LimitReached`` 409 ``limit-reached``,
+    ``Conflict`` 409 — the same problems the handlers raised before the service existed."""
+    if isinstance(exc, Invalid):
+        return invalid(exc.errors)
+    if isinstance(exc, NotFound):
+        return not_found(exc.what)
+    if isinstance(exc, LimitReached):
+        return ProblemError(409, exc.detail, slug="limit-reached")
+    if isinstance(exc, Conflict):
+        return conflict(exc.detail)
+    return ProblemError(500, "the request could not be completed", slug="internal")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from fireledger.domain.keys import FireKey
@@ -43,7 +44,7 @@ from .history import HistoryMixin
 from .leases import LeasesMixin
 from .overlap import OverlapMixin
 from .reports import ReportsMixin
-from .trust import AUDIT_KEYED_MIGRATION, TrustMixin
+from .trust import AUDIT_KEYED_MIGRATION, AuditNote, TrustMixin
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,9 @@ def _one(rowcount: int, what: str) -> bool:
     return rowcount == 1
 
 
+@lru_cache(maxsize=1024)
 def policies_to_json(p: Policies) -> str:
+    """Encode policies (immutable values, few distinct ones: cached, which bulk creates rely on)."""
     return json.dumps(asdict(p), sort_keys=True)
 
 
@@ -294,19 +297,47 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                 "payload": v.payload, "policies": policies_to_json(v.policies),
                 "tzdata_version": v.tzdata_version, "created_us": v.created_us}
 
-    def create_trigger(self, trigger: Trigger, version: TriggerVersion, next_us: int | None) -> None:
-        """Insert the trigger, its first version and (when ``next_us``) its due row, atomically."""
-        with self.engine.write() as c:
-            c.execute(self.q["insert_trigger"], {
-                "id": trigger.id, "tenant_id": trigger.tenant_id, "name": trigger.name,
+    def _trigger_params(self, trigger: Trigger, version: TriggerVersion) -> dict[str, Any]:
+        return {"id": trigger.id, "tenant_id": trigger.tenant_id, "name": trigger.name,
                 "state": trigger.state.value, "current_version": version.version,
                 "partition": trigger.partition, "created_us": trigger.created_us,
-                "updated_us": trigger.updated_us})
+                "updated_us": trigger.updated_us}
+
+    @staticmethod
+    def _due_params(trigger: Trigger, version: TriggerVersion, next_us: int) -> dict[str, Any]:
+        return {"trigger_id": trigger.id, "tenant_id": trigger.tenant_id, "partition": trigger.partition,
+                "next_us": next_us, "version": version.version}
+
+    def create_trigger(self, trigger: Trigger, version: TriggerVersion, next_us: int | None, *,
+                       audit: AuditNote | None = None) -> None:
+        """Insert the trigger, its first version, (when ``next_us`` and active) its due row and (when
+        given) the ``audit`` row, in one transaction: none of them exists without the others."""
+        with self.engine.write() as c:
+            c.execute(self.q["insert_trigger"], self._trigger_params(trigger, version))
             c.execute(self.q["insert_version"], self._version_params(version))
             if next_us is not None and trigger.state == TriggerState.ACTIVE:
-                c.execute(self.q["upsert_due"], {"trigger_id": trigger.id, "tenant_id": trigger.tenant_id,
-                                                 "partition": trigger.partition, "next_us": next_us,
-                                                 "version": version.version})
+                c.execute(self.q["upsert_due"], self._due_params(trigger, version, next_us))
+            if audit is not None:
+                self._append_note(c, audit)
+            c.execute(self.q["bump_definitions"])
+
+    def create_triggers(self, items: Sequence[tuple[Trigger, TriggerVersion, int | None]],
+                        audits: Sequence[AuditNote] = ()) -> None:
+        """:meth:`create_trigger` for many triggers (and any ``audits``) in ONE transaction, the rows
+        written with ``executemany`` (bulk loading: the benchmarks and falsification harnesses).
+        All or nothing: a failing row or audit row leaves none of them."""
+        if not items and not audits:
+            return
+        with self.engine.write() as c:
+            cur = c.cursor()
+            cur.executemany(self.q["insert_trigger"], [self._trigger_params(t, v) for t, v, _ in items])
+            cur.executemany(self.q["insert_version"], [self._version_params(v) for _, v, _ in items])
+            due = [self._due_params(t, v, n) for t, v, n in items
+                   if n is not None and t.state == TriggerState.ACTIVE]
+            if due:
+                cur.executemany(self.q["upsert_due"], due)
+            for note in audits:
+                self._append_note(c, note)
             c.execute(self.q["bump_definitions"])
 
     def get_trigger(self, tenant_id: str, trigger_id: str) -> Trigger | None:
@@ -338,10 +369,12 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
         return out
 
     def amend_trigger(self, trigger: Trigger, new_version: TriggerVersion, name: str,
-                      next_us: int | None, now_us: int) -> bool:
-        """Make ``new_version`` current and recompute the due row in one transaction.
+                      next_us: int | None, now_us: int, *, audit: AuditNote | None = None) -> bool:
+        """Make ``new_version`` current, recompute the due row and (when given) append the ``audit``
+        row, in one transaction.
 
-        Compare-and-set on the trigger's current version: False when it moved meanwhile.
+        Compare-and-set on the trigger's current version: False when it moved meanwhile (nothing
+        written, no audit row).
         """
         with self.engine.write() as c:
             ok = _one(c.execute(self.q["update_trigger_version"], {
@@ -353,6 +386,8 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
             c.execute(self.q["insert_version"], self._version_params(new_version))
             self._set_due(c, trigger, next_us if trigger.state == TriggerState.ACTIVE else None,
                           new_version.version)
+            if audit is not None:
+                self._append_note(c, audit)
             c.execute(self.q["bump_definitions"])
         return True
 
@@ -467,9 +502,10 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
         cur.execute("RELEASE SAVEPOINT apply_bulk")
         return [ClaimOutcome(d.advance.trigger_id, True, tuple(d.fires)) for d in decisions]
 
-    def insert_fires(self, fires: Sequence[NewFire]) -> list[NewFire]:
+    def insert_fires(self, fires: Sequence[NewFire], *, audit: AuditNote | None = None) -> list[NewFire]:
         """Commit fires that advance no due row (manual runs) in one transaction; returns those
-        inserted — a fire whose key exists already inserts nothing (decided elsewhere)."""
+        inserted — a fire whose key exists already inserts nothing (decided elsewhere). ``audit`` is
+        appended in the same transaction when at least one fire was inserted (none: no audit row)."""
         inserted = []
         with self.engine.write() as c:
             for f in fires:
@@ -483,6 +519,8 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
                 }).rowcount
                 if _one(n, "insert_fire"):
                     inserted.append(f)
+            if audit is not None and inserted:
+                self._append_note(c, audit)
         return inserted
 
     # --- dispatch -------------------------------------------------------------------------------

@@ -165,6 +165,20 @@ queries.register(TRUST_QUERIES, _OVERRIDES)
 
 
 @dataclass(frozen=True, slots=True)
+class AuditNote:
+    """An audit row to append inside the transaction of the change it records (the registry's acts:
+    :meth:`SqlStore.create_trigger`, ``amend_trigger``, ``insert_fires``). ``prior``/``new`` are plain
+    JSON values (canonicalised when appended); never payloads, secrets or tokens."""
+
+    tenant_id: str | None
+    actor: str
+    action: str
+    at_us: int
+    prior: Any = None
+    new: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     """One audit row. ``prior``/``new`` are canonical JSON text (or None)."""
 
@@ -319,6 +333,10 @@ class TrustMixin:
         at_us = now_us or (int(last[4]) if last is not None else 0)
         return self._append_audit(c, None, "system:upgrade", SEAL_ACTION, at_us, None,
                                   {"sealed_rows": int(seq), "sealed_hash": str(prev), "scheme": "hmac-sha256"})
+
+    def _append_note(self, c: Any, note: AuditNote) -> AuditEntry:
+        """Append ``note`` inside the caller's write transaction (see :meth:`_append_audit`)."""
+        return self._append_audit(c, note.tenant_id, note.actor, note.action, note.at_us, note.prior, note.new)
 
     def append_audit(self, tenant_id: str | None, actor: str, action: str, at_us: int,
                      prior: Any = None, new: Any = None) -> AuditEntry:
@@ -584,4 +602,4 @@ class TrustMixin:
         return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
 
-__all__ = ["DAY_US", "GENESIS_HASH", "AuditEntry", "TargetTrust", "TrustMixin", "canonical", "chain_hash"]
+__all__ = ["DAY_US", "GENESIS_HASH", "AuditEntry", "AuditNote", "TargetTrust", "TrustMixin", "canonical", "chain_hash"]

@@ -1,0 +1,161 @@
+"""The checks a definition passes before it is stored, moved from the API handlers so that every
+caller of the registry gets the same problems naming the same fields (the API's problem details are
+built from them unchanged).
+
+Each check appends ``(field, problem)`` pairs to an ``errors`` list instead of raising, so one
+request reports every bad field at once. Nothing here writes; only :func:`target_problem` reads
+(the target's trust state).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from fireledger.definitions import next_us, recurrence_of
+from fireledger.domain.keys import from_us, to_us
+from fireledger.domain.model import MissedFirePolicy, OverlapPolicy, Policies, TriggerVersion
+from fireledger.recurrence import (
+    OneShotRecurrence,
+    Recurrence,
+    RecurrenceError,
+    compile_spec,
+    parse_duration,
+)
+from fireledger.security.targets import target_write_problem
+
+Errors = list[tuple[str, str]]
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+#: Fields whose change needs the ``policy`` role as well as ``author`` (invariant 13); a change of any
+#: of them is audited (``trigger.policy``) with the prior and new values.
+POLICY_FIELDS = frozenset({"missed_fire_policy", "catchup_horizon", "overlap_policy", "outcome_window"})
+#: Every field of a definition, as the API names them.
+DEFINITION_FIELDS = frozenset({"name", "schedule", "target_id", "payload", "jitter", "timeout"}) | POLICY_FIELDS
+_CRON_FIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month", "day-of-week"})
+_SCHEDULE_STRINGS = ("cron", "every", "at", "zone", "anchor", "not_before", "not_after")
+_ONE_S = timedelta(seconds=1)
+#: field: (minimum, maximum, whole seconds only)
+_DURATIONS: dict[str, tuple[timedelta, timedelta, bool]] = {
+    "catchup_horizon": (timedelta(0), timedelta(hours=24), True),
+    "outcome_window": (_ONE_S, timedelta(days=7), True),
+    "jitter": (timedelta(0), timedelta(hours=1), True),
+    "timeout": (_ONE_S, timedelta(minutes=15), False),
+}
+
+
+def schedule_error(exc: RecurrenceError) -> tuple[str, str]:
+    """Name the field as the client wrote it: cron sub-field problems belong to ``schedule.cron``."""
+    field = exc.field if exc.field.startswith("schedule") else f"schedule.{exc.field}"
+    sub = field.removeprefix("schedule.")
+    if sub in _CRON_FIELDS:
+        return "schedule.cron", f"{sub}: {exc.problem}"
+    return field, exc.problem
+
+
+def compile_schedule(schedule: dict[str, Any], now_us: int, errors: Errors) -> Recurrence | None:
+    """The API schedule object compiled (None, with problems in ``errors``, when it does not)."""
+    bad = [(f"schedule.{k}", "must be a string") for k in _SCHEDULE_STRINGS
+           if k in schedule and not isinstance(schedule[k], str)]
+    if "anchor" in schedule and "every" not in schedule:
+        bad.append(("schedule.anchor", "applies only to an interval schedule (every)"))
+    if bad:
+        errors.extend(bad)
+        return None
+    try:
+        # An interval without an anchor starts at creation, truncated to the whole second, so its
+        # instants (and fire keys) carry no stray microseconds.
+        return compile_spec(schedule, default_anchor=from_us(now_us - now_us % 1_000_000))
+    except RecurrenceError as exc:
+        errors.append(schedule_error(exc))
+        return None
+
+
+def next_instant(rec: Recurrence, after_us: int, errors: Errors) -> int | None:
+    """The first instant strictly after ``after_us``; a schedule with none is refused."""
+    try:
+        nxt = next_us(rec, after_us)
+    except RecurrenceError as exc:
+        errors.append(schedule_error(exc))
+        return None
+    if nxt is None:
+        if isinstance(rec, OneShotRecurrence) and to_us(rec.at) <= after_us:
+            errors.append(("schedule.at", "is in the past"))
+        elif rec.window.not_after is not None and to_us(rec.window.not_after) <= after_us:
+            errors.append(("schedule.not_after", "is in the past: the schedule has no instant after now"))
+        else:
+            errors.append(("schedule", "has no instant after now"))
+    return nxt
+
+
+def _duration_s(field: str, text: str, errors: Errors) -> float | None:
+    lo, hi, whole = _DURATIONS[field]
+    try:
+        d = parse_duration(text, field, minimum=lo, maximum=hi)
+    except RecurrenceError as exc:
+        errors.append((exc.field, exc.problem))
+        return None
+    if whole and d % _ONE_S:
+        errors.append((field, "must be a whole number of seconds"))
+        return None
+    return d.total_seconds()
+
+
+def policies(values: dict[str, Any], base: Policies, errors: Errors) -> Policies:
+    """``base`` with the policy, jitter and timeout fields present in ``values`` (API names and forms)."""
+    changes: dict[str, Any] = {}
+    if "missed_fire_policy" in values:
+        changes["missed_fire"] = MissedFirePolicy(values["missed_fire_policy"])
+    if "overlap_policy" in values:
+        changes["overlap"] = OverlapPolicy(values["overlap_policy"])
+    for field, attr in (("catchup_horizon", "catchup_horizon_s"), ("outcome_window", "outcome_window_s"),
+                        ("jitter", "jitter_s"), ("timeout", "timeout_s")):
+        if field in values:
+            secs = _duration_s(field, values[field], errors)
+            if secs is not None:
+                changes[attr] = secs if attr == "timeout_s" else int(secs)
+    return replace(base, **changes)
+
+
+def payload(obj: Any, errors: Errors) -> bytes:
+    """Encode the payload (never echoed: problems name only the field and the size)."""
+    try:
+        data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):
+        errors.append(("payload", "must be plain JSON (no NaN or Infinity)"))
+        return b""
+    if len(data) > MAX_PAYLOAD_BYTES:
+        errors.append(("payload", f"is {len(data)} bytes when encoded; the limit is {MAX_PAYLOAD_BYTES} (64 KiB)"))
+    return data
+
+
+def name(text: str, errors: Errors) -> str:
+    if not text.strip():
+        errors.append(("name", "must not be blank"))
+    elif any(not ch.isprintable() for ch in text):
+        errors.append(("name", "must not contain control characters"))
+    return text
+
+
+def target_problem(store: Any, tenant_id: str, target_id: str, now_us: int, errors: Errors) -> None:
+    """Invariant 12: only a verified, unexpired target of this tenant (another's reads as missing)."""
+    problem = target_write_problem(store, tenant_id, target_id, now_us)
+    if problem:
+        errors.append(("target_id", problem))
+
+
+def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
+    """The compiled recurrence of a stored version; a schedule that no longer compiles (a tzdata
+    change, decision 0087) is a problem naming ``schedule``: the client must send a new one."""
+    try:
+        return recurrence_of(v)
+    except RecurrenceError as exc:
+        errors.append(("schedule", f"the stored schedule no longer compiles ({exc.field}: {exc.problem}); "
+                                   "send a new schedule"))
+        return None
+
+
+__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "compile_schedule", "name",
+           "next_instant", "payload", "policies", "schedule_error", "stored_recurrence", "target_problem"]
