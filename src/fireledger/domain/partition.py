@@ -1,8 +1,15 @@
-"""Kept for importers of the old location: the partition hash is pure and lives in
-:mod:`fireledger.domain.partition` (issue 14: planes and the registry must not import a surface)."""
+"""Stable partition of a trigger (the timing plane's unit of ownership)."""
 
 from __future__ import annotations
 
-from fireledger.domain.partition import DEFAULT_PARTITIONS, partition_of
+import hashlib
 
-__all__ = ["DEFAULT_PARTITIONS", "partition_of"]
+DEFAULT_PARTITIONS = 256
+
+
+def partition_of(trigger_id: str, partitions: int = DEFAULT_PARTITIONS) -> int:
+    """A stable hash of the trigger id modulo ``partitions`` (same on every host and run)."""
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    digest = hashlib.blake2b(trigger_id.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % partitions
