@@ -376,16 +376,22 @@ class LeasesMixin:
         renewal. Triggers keep their stored partition until :meth:`repartition_batch` rewrites it."""
         if not 1 <= n <= 65536:
             raise StoreError(f"partitions: {n} is out of range 1-65536")
-        with self.engine.write() as c:
-            row = c.execute(self.q["tl_partitions_get"]).fetchone()
-            old = int(row[0]) if row else 256
-            c.execute(self.q["tl_partitions_set"], {"n": n})
-            c.execute(self.q["tl_trim_leases"], {"n": n})
-            c.execute(self.q["tl_trim_shadow"], {"n": n})
-            c.execute(self.q["tl_trim_divergence"], {"n": n})
-            c.execute(self.q["tl_ensure_leases"], {"n": n})
-            c.execute(self.q["tl_ensure_shadow"], {"n": n})
-        return old
+
+        def once() -> int:
+            # Running lease managers renew and shed lease rows while this trims them: PostgreSQL may
+            # pick this transaction as a deadlock victim; it is whole or nothing, so run it again.
+            with self.engine.write() as c:
+                row = c.execute(self.q["tl_partitions_get"]).fetchone()
+                old = int(row[0]) if row else 256
+                c.execute(self.q["tl_partitions_set"], {"n": n})
+                c.execute(self.q["tl_trim_leases"], {"n": n})
+                c.execute(self.q["tl_trim_shadow"], {"n": n})
+                c.execute(self.q["tl_trim_divergence"], {"n": n})
+                c.execute(self.q["tl_ensure_leases"], {"n": n})
+                c.execute(self.q["tl_ensure_shadow"], {"n": n})
+            return old
+
+        return _retrying(once)  # type: ignore[no-any-return]
 
     def repartition_batch(self, after_id: str, limit: int, partition_of: Callable[[str], int]) -> tuple[str, int, int]:
         """Rewrite the stored partition of up to ``limit`` triggers with id > ``after_id`` (and of
