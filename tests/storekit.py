@@ -3,7 +3,11 @@ build registry objects with little ceremony."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fireledger.definitions import next_us
@@ -87,3 +91,76 @@ async def run_planes_until(planes: Any, predicate: Any, timeout_s: float) -> Non
         for p in planes:
             p.stop()
         await asyncio.gather(*tasks)
+
+
+class PlanesThread:
+    """Planes on their own event loop in a daemon thread, so a plane that never returns fails the
+    test (``stop`` reports it) instead of hanging the run."""
+
+    def __init__(self, planes: list[Any]) -> None:
+        self.planes = planes
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True, name="planes")
+
+    def _main(self) -> None:
+        async def run() -> None:
+            self.loop = asyncio.get_running_loop()
+            self.started.set()
+            await asyncio.gather(*(p.run() for p in self.planes))
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def start(self) -> PlanesThread:
+        self.thread.start()
+        assert self.started.wait(10)
+        return self
+
+    def stop(self, timeout_s: float) -> bool:
+        """Stop every plane; True when they all returned within ``timeout_s``."""
+        assert self.loop is not None
+        for p in self.planes:
+            self.loop.call_soon_threadsafe(p.stop)
+        self.thread.join(timeout_s)
+        return not self.thread.is_alive()
+
+
+class QueryCounter:
+    """Counts every statement the store executes, whichever thread runs it (the engine's read and
+    write connections are wrapped; nothing else is changed)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.n = 0
+        engine = store.engine
+        for name in ("read", "write"):
+            setattr(engine, name, self._wrap(getattr(engine, name)))
+
+    def _wrap(self, opener: Callable[[], Any]) -> Callable[[], Any]:
+        counter = self
+
+        class Conn:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def execute(self, *args: Any, **kw: Any) -> Any:
+                counter.n += 1
+                return self._conn.execute(*args, **kw)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._conn, name)
+
+        @contextmanager
+        def wrapped() -> Iterator[Any]:
+            with opener() as conn:
+                yield Conn(conn)
+
+        return wrapped
+
+    def during(self, fn: Callable[[], Any]) -> int:
+        before = self.n
+        fn()
+        return self.n - before

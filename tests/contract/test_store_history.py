@@ -80,7 +80,7 @@ def test_trigger_history_range_state_and_paging_both_directions(store, ledger):
     filtered = store.history_fires(a.id, trigger_id=t1.id, states=["delivered"], from_us=first + 3 * M)
     assert len(filtered) == 7 and all(len(f.attempt_list) == 1 for f in filtered)
     assert filtered[0].attempt_list[0].finished_us - filtered[0].attempt_list[0].started_us == 2000
-    from test_hardening_console import QueryCounter  # the statement count does not grow with the page
+    from storekit import QueryCounter  # the statement count does not grow with the page
 
     counter = QueryCounter(store)
     costs = [counter.during(lambda lo=lo: store.history_fires(a.id, trigger_id=t1.id, states=["delivered"],

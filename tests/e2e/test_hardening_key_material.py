@@ -30,7 +30,7 @@ import pytest
 
 from e2e import Service, wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "fireledger"
 # Built from parts so that this file does not match itself.
 PEM_PRIVATE = re.compile(rb"-----BEGIN [A-Z ]*" + b"PRIVATE" + rb" KEY-----")

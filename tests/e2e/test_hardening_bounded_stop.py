@@ -145,8 +145,7 @@ def test_the_attempt_runner_returns_in_time_while_its_store_is_locked(tmp_path) 
     from fireledger.clock import SystemClock
     from fireledger.dispatch.runner import Dispatcher
     from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
-    from storekit import add_target, add_tenant, add_trigger, open_store
-    from test_hardening_plane_stall import PlanesThread
+    from storekit import PlanesThread, add_target, add_tenant, add_trigger, open_store
 
     store = open_store("sqlite", tmp_path, None)
     sink = SinkServer(secrets=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])

@@ -31,7 +31,7 @@ from fireledger.recurrence import format_instant
 from fireledger.store import Settlement
 from fireledger.timing import TimingLoop
 from sink import SinkServer
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, PlanesThread, add_target, add_tenant, add_trigger, open_store
 
 S = 1_000_000
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -142,42 +142,6 @@ def test_a_batch_with_an_unrecordable_item_records_the_others(store) -> None:
 
 
 # --- end to end in one process: one tenant's poisoned target, another tenant's fires ----------------
-
-
-class PlanesThread:
-    """Planes on their own event loop in a daemon thread, so a plane that never returns fails the
-    test (``stop`` reports it) instead of hanging the run."""
-
-    def __init__(self, planes: list[Any]) -> None:
-        self.planes = planes
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.error: BaseException | None = None
-        self.started = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True, name="planes")
-
-    def _main(self) -> None:
-        async def run() -> None:
-            self.loop = asyncio.get_running_loop()
-            self.started.set()
-            await asyncio.gather(*(p.run() for p in self.planes))
-
-        try:
-            asyncio.run(run())
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-
-    def start(self) -> PlanesThread:
-        self.thread.start()
-        assert self.started.wait(10)
-        return self
-
-    def stop(self, timeout_s: float) -> bool:
-        """Stop every plane; True when they all returned within ``timeout_s``."""
-        assert self.loop is not None
-        for p in self.planes:
-            self.loop.call_soon_threadsafe(p.stop)
-        self.thread.join(timeout_s)
-        return not self.thread.is_alive()
 
 
 def wait_until(predicate: Any, timeout_s: float, what: str) -> None:

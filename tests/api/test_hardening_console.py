@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,49 +28,12 @@ from fireledger.clock import FakeClock
 from fireledger.control import create_app
 from fireledger.control.auth import create_tenant
 from fireledger.store import SqlStore
-from storekit import open_store
+from storekit import QueryCounter, open_store
 
 COOKIE = "fireledger_console"
 
 
 # --- helpers ------------------------------------------------------------------------------------------
-
-
-class QueryCounter:
-    """Counts every statement the store executes, whichever thread runs it (the engine's read and
-    write connections are wrapped; nothing else is changed)."""
-
-    def __init__(self, store: SqlStore) -> None:
-        self.n = 0
-        engine = store.engine
-        for name in ("read", "write"):
-            setattr(engine, name, self._wrap(getattr(engine, name)))
-
-    def _wrap(self, opener: Callable[[], Any]) -> Callable[[], Any]:
-        counter = self
-
-        class Conn:
-            def __init__(self, conn: Any) -> None:
-                self._conn = conn
-
-            def execute(self, *args: Any, **kw: Any) -> Any:
-                counter.n += 1
-                return self._conn.execute(*args, **kw)
-
-            def __getattr__(self, name: str) -> Any:
-                return getattr(self._conn, name)
-
-        @contextmanager
-        def wrapped() -> Iterator[Any]:
-            with opener() as conn:
-                yield Conn(conn)
-
-        return wrapped
-
-    def during(self, fn: Callable[[], Any]) -> int:
-        before = self.n
-        fn()
-        return self.n - before
 
 
 def login_form(http: TestClient) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "bench"))   # last: bench/ module names never shadow anything
 
 from benchkit import SECRET, Sink, summarise  # noqa: E402

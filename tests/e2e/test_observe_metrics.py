@@ -20,7 +20,7 @@ from fireledger.recurrence import TZDATA_VERSION
 from sink import SinkServer
 
 S = 1_000_000
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def samples(text: str, name: str) -> dict[str, float]:
