@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fireledger.definitions import next_us
@@ -22,6 +23,38 @@ T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for
 
 #: The KEK tests use where a store has no file beside it (PostgreSQL): never a deployment's.
 TEST_KEK = bytes(range(100, 132))
+
+
+#: The engines every store-backed test runs on: one suite, every engine (River's ``riverdrivertest``).
+ENGINES = ("sqlite", "postgres")
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    """Where the two engines differ, named once: a test asks for the capability it relies on
+    (``caps.notifies``) instead of comparing engine names. Behaviour outside these flags is the
+    contract, and must be the same on both engines."""
+
+    name: str
+    #: The positional parameter marker of raw SQL on this engine's driver (``?`` / ``%s``).
+    placeholder: str
+    #: A committed definition change notifies listeners (PostgreSQL ``LISTEN``/``NOTIFY``); on SQLite
+    #: the timing loop's capped sleep is the only path.
+    notifies: bool
+    #: One database file beside its WAL (checkpoints, ``secure_delete``, other connections' file locks).
+    single_file: bool
+
+    @classmethod
+    def of(cls, store: SqlStore) -> EngineCaps:
+        sqlite = store.engine_name == "sqlite"
+        return cls(store.engine_name, "?" if sqlite else "%s", notifies=not sqlite, single_file=sqlite)
+
+
+def store_url(store: SqlStore) -> str:
+    """The URL another process (or a second :class:`SqlStore`) opens the same database by."""
+    if store.engine_name == "sqlite":
+        return f"sqlite:///{store.engine.path}"   # type: ignore[attr-defined]
+    return str(store.engine.url)   # type: ignore[attr-defined]
 
 
 def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> SqlStore:

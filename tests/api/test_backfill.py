@@ -24,7 +24,7 @@ from fireledger.observe.smearing import smearing_report
 from fireledger.security.auditlog import verify_chain
 from fireledger.store import Settlement
 from fireledger.timing import TimingLoop
-from storekit import add_target, add_tenant, add_trigger, open_store
+from storekit import add_target, add_tenant, add_trigger
 
 S = 1_000_000
 HOURLY = {"cron": "0 * * * *", "zone": "UTC"}
@@ -210,14 +210,6 @@ def test_the_bound_setting_is_checked() -> None:
 
 
 # --- the store, on both engines -----------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: Any, tmp_path: Path) -> Any:
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def test_store_commits_backfill_fires_and_their_audit_in_one_transaction(store: Any) -> None:

@@ -26,17 +26,9 @@ from fireledger.control.denials import PER_WINDOW
 from fireledger.security.auditlog import check_anchor, read_anchor, verify_chain
 from fireledger.store import SqlStore
 from fireledger.store.trust import GENESIS_HASH, chain_hash
-from storekit import T0, open_store
+from storekit import T0
 
 S = 1_000_000
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def _as_attacker(store: SqlStore, *statements: str, params: list[dict[str, Any]] | None = None) -> None:

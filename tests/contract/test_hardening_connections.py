@@ -16,17 +16,9 @@ import pytest
 
 from fireledger.store import SqlStore, StoreError
 from fireledger.store.engine import DEFAULT_MAX_IDLE, PostgresEngine
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 THREADS = 50
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def open_count(store: SqlStore) -> int:

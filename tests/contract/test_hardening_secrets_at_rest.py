@@ -18,17 +18,9 @@ from fireledger.domain.model import Target
 from fireledger.security import envelope
 from fireledger.security.envelope import PayloadUnreadable, cipher_for
 from fireledger.security.tenancy import delete_tenant
-from storekit import T0, add_tenant, open_store
+from storekit import T0, add_tenant
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def _raw_secret(store, target_id: str) -> str:

@@ -5,20 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 
-import pytest
-
 from fireledger.clock import FakeClock
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
 from fireledger.retention import DAY_US, run_once
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
+from storekit import T0, add_target, add_tenant, add_trigger
 
 
 def test_old_terminal_fires_are_archived_then_purged_and_live_ones_stay(store, tmp_path):

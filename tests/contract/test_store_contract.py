@@ -20,17 +20,9 @@ from fireledger.domain.model import (
     TriggerState,
 )
 from fireledger.store import SchemaError, Settlement, SqlStore
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def fire_for(trig, scheduled_us, *, node="n1", state=FireState.PENDING, seq=0):

@@ -22,14 +22,6 @@ MARGIN = 5 * S
 WIDE = Capacity(1000, {"on-time": 1000, "catch-up": 1000, "backfill": 1000}, 1000)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
-
-
 class Recorder:
     """A shaper that admits nothing and records what it was offered."""
 

@@ -7,18 +7,10 @@ import pytest
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
 from fireledger.store import Settlement
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
 M = 60 * S
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def nf(trig, at, state=FireState.PENDING, *, seq=0, lane=Lane.ON_TIME, cause=None, decided=None):

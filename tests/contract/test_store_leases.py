@@ -12,17 +12,9 @@ import pytest
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, TriggerState
 from fireledger.store import StoreError
 from fireledger.store.leases import Divergence, Grant, ShadowReport
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def beat(store, node, now, *, shedding=False, ttl=15 * S):
@@ -233,10 +225,10 @@ def test_rebuild_partition_replaces_rows_with_what_the_function_computes(store):
     assert store.delete_orphan_due() == 1
 
 
-def test_definition_changes_notify_listeners_on_postgres(store):
+def test_definition_changes_notify_listeners_on_postgres(store, caps):
     """Migration 0002: bumping the definitions counter notifies ``fireledger_definitions`` on commit
     (SQLite has no notifications: the timing loop's capped sleep is its only path)."""
-    if store.engine_name != "postgres":
+    if not caps.notifies:
         assert store.definitions_counter() == 0
         return
     import psycopg

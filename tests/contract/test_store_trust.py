@@ -9,17 +9,9 @@ from fireledger.domain.keys import new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Principal
 from fireledger.security.auditlog import verify_chain
 from fireledger.store.trust import GENESIS_HASH, chain_mac
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def _execute(store, sql):

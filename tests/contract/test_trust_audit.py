@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from e2e import cli
 from fireledger.control.tenants import create_tenant
 from fireledger.security.auditlog import verify_chain
 from fireledger.store import SqlStore
 from fireledger.store.trust import GENESIS_HASH
-from storekit import T0, open_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
+from storekit import T0
 
 
 def _fill(store: SqlStore, n: int = 5) -> None:

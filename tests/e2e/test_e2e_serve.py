@@ -9,21 +9,12 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from e2e import Api, Service, cli, new_tenant, verify_target, wait_until
+from e2e import Api, Service, new_tenant, verify_target, wait_until
 from fireledger.domain.keys import FireKey, to_us
 from fireledger.recurrence import format_instant, parse_instant
 from sink import SinkServer
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fl.db"
-    url = request.getfixturevalue("pg_server").new_database()
-    cli("db", "upgrade", "--db", url)
-    return url
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from e2e import Api, Service, cli, new_tenant, verify_target, wait_until
+from e2e import Api, Service, new_tenant, verify_target, wait_until
 from fireledger.stopping import FORCED_EXIT_STATUS, STOP_TIMEOUT_ENV, stop_timeout_s
 from sink import SinkServer
 
@@ -27,15 +27,6 @@ pytestmark = pytest.mark.e2e
 
 STOP_S = 4
 MARGIN_S = 3.0   # process teardown and the interpreter's own exit, beyond the declared bound
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/fl.db"
-    url = request.getfixturevalue("pg_server").new_database()
-    cli("db", "upgrade", "--db", url)
-    return url
 
 
 @pytest.fixture

@@ -30,14 +30,6 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 S = 1_000_000
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
-
-
 @pytest.fixture
 def sqlite_store(tmp_path):
     s = open_store("sqlite", tmp_path, None)

@@ -15,17 +15,9 @@ from fireledger.domain.model import Policies
 from fireledger.recurrence import parse_instant
 from fireledger.timing import TimingLoop
 from sink import SinkServer
-from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
+from storekit import add_target, add_tenant, add_trigger, run_planes_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from fastapi.testclient import TestClient
 
 from e2e import Service, cli, wait_until
@@ -28,14 +27,6 @@ from storekit import T0, add_target, add_trigger, open_store
 
 MS = 1_000
 EPS_US = 7_500          # ε = 7.5 ms, declared
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def db_url(store) -> str:

@@ -9,7 +9,6 @@ same cycle (decision 0087). Real SQLite and real PostgreSQL, a fake clock.
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 from fireledger.clock import FakeClock
@@ -18,7 +17,7 @@ from fireledger.control.auth import create_tenant
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import TriggerState
 from fireledger.timing import TimingLoop
-from storekit import T0, add_target, add_trigger, open_store
+from storekit import T0, add_target, add_trigger
 
 S = 1_000_000
 MS = 1_000
@@ -28,14 +27,6 @@ BROKEN = {
     "schedule.zone": '{"cron": "0 9 * * 1-5", "zone": "Europe/Atlantis"}',
     "schedule.minute": '{"cron": "61 * * * *", "zone": "UTC"}',
 }
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def corrupt(store, trigger_id: str, schedule_json: str) -> None:

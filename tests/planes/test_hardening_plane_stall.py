@@ -43,14 +43,6 @@ ONE_HOUR_S = 3600.0
 ABSURD = "10000000000000"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
-
-
 # --- the delay a target asks for ---------------------------------------------------------------
 
 

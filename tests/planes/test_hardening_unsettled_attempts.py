@@ -15,8 +15,6 @@ import asyncio
 import json
 from dataclasses import replace
 
-import pytest
-
 from fireledger.clock import SystemClock
 from fireledger.dispatch.http import HttpSender
 from fireledger.dispatch.lanes import DispatchConfig
@@ -28,19 +26,11 @@ from fireledger.recurrence import format_instant
 from fireledger.security import envelope
 from fireledger.security.targets import admit
 from fireledger.timing import TimingLoop
-from storekit import T0, add_target, add_tenant, add_trigger, open_store, run_planes_until
+from storekit import T0, add_target, add_tenant, add_trigger, run_planes_until
 
 S = 1_000_000
 MARGIN = 5 * S
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def _shaper() -> _Shaper:

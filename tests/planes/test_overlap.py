@@ -44,7 +44,7 @@ from fireledger.domain.overlap import (
 )
 from fireledger.store import Settlement
 from fireledger.timing import TimingLoop
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
 KEY = "tn_a.tr_b.20270115T080000Z.0"
@@ -235,14 +235,6 @@ def test_a_timed_out_last_attempt_ends_unknown_not_failed():
 
 
 # --- the timing loop on a real store, both engines ------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 class Spy:

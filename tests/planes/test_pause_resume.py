@@ -23,7 +23,7 @@ from fireledger.domain.model import FireKind, FireState, Lane, MissedFirePolicy,
 from fireledger.domain.policies import DEFAULT_MISS_THRESHOLD_US, Gap, PlanContext, plan_due, replay_gap
 from fireledger.timing import TimingLoop
 from fireledger.timing.shadow import compare
-from storekit import add_target, add_tenant, add_trigger, open_store
+from storekit import add_target, add_tenant, add_trigger
 
 S = 1_000_000
 M = 60 * S
@@ -31,14 +31,6 @@ H = 3600 * S
 
 
 # --- store contract (SQLite and PostgreSQL) -----------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    yield s
-    s.close()
 
 
 def test_pause_records_the_resume_point_and_resume_is_compare_and_set(store):

@@ -18,19 +18,17 @@ from fireledger.store import SqlStore
 from fireledger.timing import ShadowRebuilder, TimingLoop
 from fireledger.timing.clockguard import StepGuardClock
 from fireledger.timing.shadow import expected_next, rebuild
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
 MS = 1_000
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path):
-    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
-    s = open_store(request.param, tmp_path, pg)
-    s.ensure_partitions()
-    yield s
-    s.close()
+@pytest.fixture
+def store(store):
+    """The engine-parametrised store (tests/conftest.py), its partitions made."""
+    store.ensure_partitions()
+    return store
 
 
 def check_all(shadow, store, parts):
