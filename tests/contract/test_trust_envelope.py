@@ -1,5 +1,6 @@
 """Payload envelope encryption: per-tenant data keys wrapped by the KEK, ciphertext bound to
-(tenant, trigger, version), crypto-shredding on tenant deletion, and where the KEK comes from."""
+(tenant, trigger, version), crypto-shredding on tenant deletion, and where the KEK comes from —
+on real SQLite and real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -24,17 +25,10 @@ from fireledger.security.envelope import (
     open_job_payload,
 )
 from fireledger.security.tenancy import delete_tenant
-from storekit import T0, add_target, add_tenant, open_store
+from storekit import T0, add_target, add_tenant
 
 SENTINEL = b'{"card":"SENTINEL-4111-1111"}'
 KEK = bytes(range(32))
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store("sqlite", tmp_path, None)
-    yield s
-    s.close()
 
 
 def test_seal_and_open_bind_tenant_trigger_and_version(store):

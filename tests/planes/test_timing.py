@@ -1,4 +1,4 @@
-"""The timing loop driven by a fake clock on a real SQLite store (the manual scheduler).
+"""The timing loop driven by a fake clock on a real store, SQLite and PostgreSQL (the manual scheduler).
 
 Invariants 1 (commit before dispatch), 3 (never early), 4 (shed on a bad clock) and 5 (one next
 instant, recomputed from the current version) each have a test here that fails when broken.
@@ -15,19 +15,11 @@ from fireledger.clock import FakeClock
 from fireledger.definitions import next_us
 from fireledger.domain.model import TriggerState
 from fireledger.recurrence import compile_spec
-from fireledger.store import SqlStore
 from fireledger.timing import TimingLoop
 from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
 MS = 1_000
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = SqlStore.open(f"sqlite:///{tmp_path}/t.db")
-    yield s
-    s.close()
 
 
 def loop_for(store, clock, handed=None, **kw):
@@ -73,18 +65,17 @@ def test_a_clock_bound_over_the_ceiling_claims_nothing(store):
 
 @contextmanager
 def failing_commits(store):
+    """Every write transaction fails at its end: its statements run, then the engine's own
+    transaction sees the error, rolls back and re-raises it, as a disk or connection failure at
+    commit would (the same on both engines)."""
     engine = store.engine
     original = engine.write
 
     @contextmanager
     def write():
-        conn = engine.connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with original() as conn:
             yield conn
-        finally:
-            conn.execute("ROLLBACK")
-        raise OSError("disk I/O error at commit")
+            raise OSError("disk I/O error at commit")
 
     engine.write = write
     try:

@@ -1,5 +1,5 @@
-"""Partition leases across timing nodes, driven by fake clocks on a real SQLite store (the manual
-scheduler): balance, takeover after a node dies, shedding and rejoining, correlated excursions,
+"""Partition leases across timing nodes, driven by fake clocks on a real store, SQLite and PostgreSQL
+(the manual scheduler): balance, takeover after a node dies, shedding and rejoining, correlated excursions,
 routine reassignment, and the margin that stops an owner before another node may take its lease.
 The same behaviour runs end to end on PostgreSQL with real processes in falsify/scenarios/timing_*.py."""
 
@@ -10,7 +10,6 @@ from collections import Counter
 import pytest
 
 from fireledger.clock import FakeClock
-from fireledger.store import SqlStore
 from fireledger.timing import LeaseManager, LeaseSettings, TimingLoop
 from fireledger.timing.leases import quota_for
 from storekit import T0, add_target, add_tenant, add_trigger
@@ -21,11 +20,10 @@ SET = LeaseSettings(rotate_after_s=0)            # rotation off unless a test tu
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = SqlStore.open(f"sqlite:///{tmp_path}/t.db")
-    s.ensure_partitions()
-    yield s
-    s.close()
+def store(store):
+    """The engine-parametrised store (tests/conftest.py), its partitions made."""
+    store.ensure_partitions()
+    return store
 
 
 def owners(store) -> Counter:
