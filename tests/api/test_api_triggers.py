@@ -175,7 +175,7 @@ def test_pause_removes_next_instant_and_resume_restores_it(api: Api) -> None:
     assert api.store.earliest_due() is None
     assert_problem(s.post(f"/v1/triggers/{t['id']}/pause"), 409)
     # Paused across two instants: resume restarts at the first instant after the pause, so the timing
-    # plane decides the paused ones by the missed-fire policy (tests/test_pause_resume.py, decision 0063).
+    # plane decides the paused ones by the missed-fire policy (tests/planes/test_pause_resume.py, decision 0063).
     api.clock.advance(2 * 3600 * 1_000_000 + 1)
     r = s.post(f"/v1/triggers/{t['id']}/resume")
     assert r.status_code == 200, r.text
@@ -238,5 +238,5 @@ def test_preview_uses_the_compiler_and_declares_dst(api: Api) -> None:
 def test_run_is_offered_to_authors_only(api: Api) -> None:
     _, s = api.tenant("acme")
     t = s.trigger(s.target()["id"])
-    assert s.post(f"/v1/triggers/{t['id']}/run").status_code == 201   # details: tests/test_api_run.py
+    assert s.post(f"/v1/triggers/{t['id']}/run").status_code == 201   # details: tests/api/test_api_run.py
     assert T0  # the harness's fixed origin

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
+import pytest
+
 from fireledger.store import SqlStore
 from storekit import ENGINES, open_store
 
@@ -140,6 +142,7 @@ def test_both_trees_hold_the_same_migration_files():
     assert all(v.isdigit() for v in versions) and len(set(versions)) == len(versions), versions
 
 
+@pytest.mark.postgres
 def test_both_engines_migrate_to_the_same_schema(tmp_path, pg_server):
     sqlite = open_store("sqlite", tmp_path, None)
     postgres = open_store("postgres", tmp_path, pg_server)
