@@ -63,7 +63,7 @@ class Session:
 
     def target(self, url: str = "https://hooks.example.com/fire", *, verified: bool = True) -> dict[str, Any]:
         """Create a target; ``verified`` marks its ownership proved through the store (the HTTP
-        challenge itself is exercised against a real sink in tests/test_trust_targets.py)."""
+        challenge itself is exercised against a real sink in tests/api/test_trust_targets.py)."""
         r = self.post("/v1/targets", json={"kind": "http", "url": url})
         assert r.status_code == 201, r.text
         out: dict[str, Any] = r.json()

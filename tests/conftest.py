@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,9 @@ if not os.environ.get("FIRELEDGER_STATE_DIR"):
 
     use_state_dir(Path(_state_root) / "state")
 
+from fireledger.store import SqlStore
 from pgserver import PgServer, pg_server_from_env
+from storekit import ENGINES, EngineCaps, open_store
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +41,41 @@ def pg_server() -> Iterator[PgServer]:
     """
     with pg_server_from_env() as server:
         yield server
+
+
+def _engine_params() -> list[Any]:
+    """``sqlite`` and ``postgres``, the latter marked ``postgres`` (``-m 'not postgres'`` leaves it out)."""
+    return [pytest.param(e, marks=pytest.mark.postgres) if e == "postgres" else e for e in ENGINES]
+
+
+@pytest.fixture(params=_engine_params())
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    """A migrated, empty store, once per engine (test ids ``[sqlite]`` / ``[postgres]``): the one
+    fixture every store-backed test shares, so a test written once runs on both engines. SQLite
+    lives in ``tmp_path``; PostgreSQL gets its own database on the session's throwaway server, its
+    audit chain keyed from ``storekit.TEST_KEK``. A module that needs more (partitions, a clock)
+    overrides ``store`` by requesting it."""
+    pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
+    s = open_store(request.param, tmp_path, pg)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def caps(store: SqlStore) -> EngineCaps:
+    """The capability flags of ``store``'s engine (see :class:`storekit.EngineCaps`)."""
+    return EngineCaps.of(store)
+
+
+@pytest.fixture(params=_engine_params())
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL once per engine, for tests that start real processes on it: a SQLite file
+    not yet created (``fireledger serve`` migrates it), or a PostgreSQL database migrated with
+    ``fireledger db upgrade`` as an operator would."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/fl.db"
+    from e2e import cli
+
+    url = request.getfixturevalue("pg_server").new_database()
+    cli("db", "upgrade", "--db", url)
+    return str(url)

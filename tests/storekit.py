@@ -3,8 +3,12 @@ build registry objects with little ceremony."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import replace
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fireledger.domain.keys import new_id
@@ -17,6 +21,38 @@ T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for
 
 #: The KEK tests use where a store has no file beside it (PostgreSQL): never a deployment's.
 TEST_KEK = bytes(range(100, 132))
+
+
+#: The engines every store-backed test runs on: one suite, every engine (River's ``riverdrivertest``).
+ENGINES = ("sqlite", "postgres")
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    """Where the two engines differ, named once: a test asks for the capability it relies on
+    (``caps.notifies``) instead of comparing engine names. Behaviour outside these flags is the
+    contract, and must be the same on both engines."""
+
+    name: str
+    #: The positional parameter marker of raw SQL on this engine's driver (``?`` / ``%s``).
+    placeholder: str
+    #: A committed definition change notifies listeners (PostgreSQL ``LISTEN``/``NOTIFY``); on SQLite
+    #: the timing loop's capped sleep is the only path.
+    notifies: bool
+    #: One database file beside its WAL (checkpoints, ``secure_delete``, other connections' file locks).
+    single_file: bool
+
+    @classmethod
+    def of(cls, store: SqlStore) -> EngineCaps:
+        sqlite = store.engine_name == "sqlite"
+        return cls(store.engine_name, "?" if sqlite else "%s", notifies=not sqlite, single_file=sqlite)
+
+
+def store_url(store: SqlStore) -> str:
+    """The URL another process (or a second :class:`SqlStore`) opens the same database by."""
+    if store.engine_name == "sqlite":
+        return f"sqlite:///{store.engine.path}"   # type: ignore[attr-defined]
+    return str(store.engine.url)   # type: ignore[attr-defined]
 
 
 def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> SqlStore:
@@ -83,3 +119,76 @@ async def run_planes_until(planes: Any, predicate: Any, timeout_s: float) -> Non
         for p in planes:
             p.stop()
         await asyncio.gather(*tasks)
+
+
+class PlanesThread:
+    """Planes on their own event loop in a daemon thread, so a plane that never returns fails the
+    test (``stop`` reports it) instead of hanging the run."""
+
+    def __init__(self, planes: list[Any]) -> None:
+        self.planes = planes
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True, name="planes")
+
+    def _main(self) -> None:
+        async def run() -> None:
+            self.loop = asyncio.get_running_loop()
+            self.started.set()
+            await asyncio.gather(*(p.run() for p in self.planes))
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def start(self) -> PlanesThread:
+        self.thread.start()
+        assert self.started.wait(10)
+        return self
+
+    def stop(self, timeout_s: float) -> bool:
+        """Stop every plane; True when they all returned within ``timeout_s``."""
+        assert self.loop is not None
+        for p in self.planes:
+            self.loop.call_soon_threadsafe(p.stop)
+        self.thread.join(timeout_s)
+        return not self.thread.is_alive()
+
+
+class QueryCounter:
+    """Counts every statement the store executes, whichever thread runs it (the engine's read and
+    write connections are wrapped; nothing else is changed)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.n = 0
+        engine = store.engine
+        for name in ("read", "write"):
+            setattr(engine, name, self._wrap(getattr(engine, name)))
+
+    def _wrap(self, opener: Callable[[], Any]) -> Callable[[], Any]:
+        counter = self
+
+        class Conn:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def execute(self, *args: Any, **kw: Any) -> Any:
+                counter.n += 1
+                return self._conn.execute(*args, **kw)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._conn, name)
+
+        @contextmanager
+        def wrapped() -> Iterator[Any]:
+            with opener() as conn:
+                yield Conn(conn)
+
+        return wrapped
+
+    def during(self, fn: Callable[[], Any]) -> int:
+        before = self.n
+        fn()
+        return self.n - before

@@ -58,7 +58,7 @@ def run(quick: bool) -> dict[str, Any]:
         proxy.delay_s = 0.0
         t1 = time.monotonic()
         rejoin_s = None
-        if not quick:   # the quick form leaves rejoining to tests/test_timing_leases.py (fake clock)
+        if not quick:   # the quick form leaves rejoining to tests/planes/test_timing_leases.py (fake clock)
             try:
                 wait_until(lambda: c.held_by()[idb] >= 100, 40, "B to rejoin", interval_s=0.1)
                 rejoin_s = round(time.monotonic() - t1, 2)
