@@ -449,9 +449,10 @@ class Dispatcher:
         """Make one claim round at the clock's current reading and start the attempts it admits;
         return how many were started.
 
-        The round is the one :meth:`run` makes (same shaping, capacity, quotas and leases); with a
-        fake clock, only fires due at its reading — retries included, once the clock has passed
-        their ``next_attempt_us`` — are claimed. The attempts run as tasks on the current loop;
+        The round is the one :meth:`run` makes (same shaping, capacity, quotas and leases), but only
+        one: where ``run()`` claims again at once after a full window, call this again. With a fake
+        clock only fires due at its reading are claimed — a retry once the clock has reached its
+        ``next_attempt_us``, never before. The attempts run as tasks on the current loop;
         :meth:`flush` waits for them and records their results. Nothing is retried here: an error
         of the store propagates and nothing is started. Not usable while :meth:`run` is running;
         release the HTTP session and store thread with :meth:`aclose` (or ``async with``).
