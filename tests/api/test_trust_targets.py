@@ -16,14 +16,14 @@ import pytest
 from aiohttp import web
 
 from apikit import Api, Session, assert_problem
-from fireledger.clock import SystemClock
+from fireledger.clock import FakeClock
 from fireledger.dispatch.http import HttpRequest, HttpSender
 from fireledger.dispatch.runner import Dispatcher
 from fireledger.security.egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
 from fireledger.security.targets import VERIFICATION_TTL_S, expected_response, fetch_challenge, forget_cached
 from fireledger.timing import TimingLoop
 from sink import SinkServer
-from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
+from storekit import add_target, add_tenant, add_trigger, open_store
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 S = 1_000_000
@@ -146,42 +146,43 @@ def test_verify_is_admin_only_and_another_tenants_target_is_absent(api: Api, sin
 # --- dispatch-time re-check ------------------------------------------------------------------------
 
 
-async def _run_until(planes, predicate, timeout_s):
-    await run_planes_until(planes, predicate, timeout_s)
-
-
 @pytest.mark.parametrize("engine", ["sqlite", "postgres"])
 def test_lapsed_or_failed_verification_is_not_called_at_dispatch(engine, request, tmp_path, sink):
     pg = request.getfixturevalue("pg_server") if engine == "postgres" else None
     store = open_store(engine, tmp_path, pg)
     try:
-        clock = SystemClock(declared_eps_us=2_000)
-        t = add_tenant(store)
-        good = add_target(store, t, url=f"{sink.base_url}/good", secret=SECRET)
-        lapsing = add_target(store, t, url=f"{sink.base_url}/lapsing", secret=SECRET)
-        failing = add_target(store, t, url=f"{sink.base_url}/failing", secret=SECRET)
-        now = clock.now().latest_us
+        now = int(time.time()) * S   # a fake clock at real time: the sink checks signatures against its own
+        clock = FakeClock(now)
+        t = add_tenant(store, now_us=now)
+        good = add_target(store, t, url=f"{sink.base_url}/good", secret=SECRET, now_us=now)
+        lapsing = add_target(store, t, url=f"{sink.base_url}/lapsing", secret=SECRET, now_us=now)
+        failing = add_target(store, t, url=f"{sink.base_url}/failing", secret=SECRET, now_us=now)
         spec = {"every": "1s"}
-        tr_good, _, _ = add_trigger(store, t, good, spec, now_us=now)
+        tr_good, _, first = add_trigger(store, t, good, spec, now_us=now)
         tr_lapsing, _, _ = add_trigger(store, t, lapsing, spec, now_us=now)
         tr_failing, _, _ = add_trigger(store, t, failing, spec, now_us=now)
+        assert first is not None
         # Verified at definition; then one lapses (its expiry passes) and one fails a re-verification.
         assert store.set_target_verification(t.id, lapsing.id, "verified", now - 60 * S, now + 1, None, "t", now)
         assert store.set_target_verification(t.id, failing.id, "failed", None, None, "HTTP 404", "t", now)
         forget_cached()
-        dispatcher = Dispatcher(store, clock, "d1")
-        timing = TimingLoop(store, clock, "t1", on_committed=lambda fires: dispatcher.wake())
+        timing = TimingLoop(store, clock, "t1")
 
-        def settled() -> bool:
-            done = [f for tr in (tr_lapsing, tr_failing) for f in store.list_fires(t.id, tr.id)
-                    if f.state == "failed"]
-            return len(done) >= 4 and len({r["trigger_id"] for r in sink.records()}) >= 1
+        async def steps() -> list[tuple[int, int]]:
+            rounds = []
+            async with Dispatcher(store, clock, "d1") as d:
+                for k in range(2):   # two instants of each trigger, each dispatched and recorded
+                    clock.set(first + k * S)
+                    assert len(timing.tick().inserted) == 3
+                    rounds.append((await d.claim_once(), await d.flush()))
+            return rounds
 
-        asyncio.run(_run_until([dispatcher, timing], settled, 20))
+        assert asyncio.run(steps()) == [(3, 3), (3, 3)]
+        assert [f.state for f in store.list_fires(t.id, tr_good.id)] == ["delivered", "delivered"]
         assert {r["trigger_id"] for r in sink.records()} == {tr_good.id}, "a refused target was called"
         for tr, why in ((tr_lapsing, "lapsed at"), (tr_failing, "not verified (state failed (HTTP 404))")):
             fires = [f for f in store.list_fires(t.id, tr.id) if f.state == "failed"]
-            assert fires
+            assert len(fires) == 2
             for f in fires:
                 assert f.cause.startswith("failed: not sent: target ") and why in f.cause, f.cause
                 assert f.attempt_list[-1].http_status is None

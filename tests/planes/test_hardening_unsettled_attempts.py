@@ -15,7 +15,7 @@ import asyncio
 import json
 from dataclasses import replace
 
-from fireledger.clock import SystemClock
+from fireledger.clock import FakeClock
 from fireledger.dispatch.http import HttpSender
 from fireledger.dispatch.lanes import DispatchConfig
 from fireledger.dispatch.runner import Dispatcher, _Shaper
@@ -26,7 +26,7 @@ from fireledger.recurrence import format_instant
 from fireledger.security import envelope
 from fireledger.security.targets import admit
 from fireledger.timing import TimingLoop
-from storekit import T0, add_target, add_tenant, add_trigger, run_planes_until
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
 MARGIN = 5 * S
@@ -83,23 +83,26 @@ def test_a_lapsed_lease_with_attempts_left_is_retried_and_its_attempt_recorded_u
 def test_an_unexpected_error_in_an_attempt_settles_it_with_a_cause(store) -> None:
     """A broken part of the runner (here a sender that was closed: it raises ``RuntimeError``) used to
     be logged and nothing settled; the lease lapsed and the fire was attempted again, past its limit."""
-    clock = SystemClock(declared_eps_us=2_000)
-    now = clock.now().latest_us
-    t = add_tenant(store, now_us=now)
-    tg = add_target(store, t, url="http://127.0.0.1:9/hook", secret=SECRET, now_us=now)
-    at = {"at": format_instant(from_us((now // S + 1) * S))}
-    trig, _, _ = add_trigger(store, t, tg, at, now_us=now, policies=Policies(timeout_s=1.0, max_attempts=2))
+    clock = FakeClock(T0)
+    t = add_tenant(store)
+    tg = add_target(store, t, url="http://127.0.0.1:9/hook", secret=SECRET)
+    at = {"at": format_instant(from_us(T0 + S))}
+    trig, _, first = add_trigger(store, t, tg, at, policies=Policies(timeout_s=1.0, max_attempts=2))
+    assert first is not None
+    clock.set(first)
+    assert len(TimingLoop(store, clock, "t1").tick().inserted) == 1
     sender = HttpSender()
     asyncio.run(sender.close())
-    d = Dispatcher(store, clock, "d1", sender=sender, idle_s=0.1)
-    timing = TimingLoop(store, clock, "t1", on_committed=lambda fires: d.wake())
 
-    def settled() -> bool:
-        fs = store.list_fires(t.id, trig.id)
-        return bool(fs) and fs[0].state not in ("pending", "dispatching")
+    async def steps() -> tuple[int, int, int]:
+        async with Dispatcher(store, clock, "d1", sender=sender) as d:
+            started, recorded = await d.claim_once(), await d.flush()
+            # Without the fix nothing is recorded and the fire is re-leased when its lease lapses
+            # (timeout + margin, 6 s), for ever: a minute later it would be claimed again.
+            clock.set(first + 60 * S)
+            return started, recorded, await d.claim_once()
 
-    # Without the fix the fire is re-leased every 6 s (timeout + margin) for ever: never settled.
-    asyncio.run(run_planes_until([d, timing], settled, 12))
+    assert asyncio.run(steps()) == (1, 1, 0)
     [f] = store.list_fires(t.id, trig.id)
     assert f.state == "failed" and f.attempts == 1
     assert f.cause is not None and "RuntimeError" in f.cause and "not sent" in f.cause, f.cause

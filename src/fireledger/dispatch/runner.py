@@ -210,6 +210,10 @@ class Dispatcher:
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
         self._claiming: asyncio.Future[ClaimResult] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()   # attempts started and not yet finished
+        self._running = False
+        self._step_executor: ThreadPoolExecutor | None = None   # the stepping API's store thread
+        self._own_step_sender = False
 
     @classmethod
     def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
@@ -365,18 +369,23 @@ class Dispatcher:
                 continue
             batch, self._results = self._results, []
             try:
-                oks = await loop.run_in_executor(
-                    executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
+                await self._record(loop, executor, batch)
                 failures = 0
-                self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True)
-                                      if ok and s.state == "delivered")
-                if any(s.state == "pending" for s in batch):
-                    self.wake()
             except Exception as exc:
                 failures += 1
                 log.error("recording %d attempt results failed (%s); will retry", len(batch), type(exc).__name__)
                 self._results[:0] = batch
                 await asyncio.sleep(min(5.0, 0.5 * failures))
+
+    async def _record(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
+                      batch: list[Settlement]) -> int:
+        """Record one batch of attempt results in one store call (``settle_dispatch``) and return how
+        many the store recorded; raises, recording nothing, when the store refuses the batch as a whole."""
+        oks = await loop.run_in_executor(executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
+        self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True) if ok and s.state == "delivered")
+        if any(s.state == "pending" for s in batch):
+            self.wake()
+        return sum(1 for ok in oks if ok)
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -385,7 +394,7 @@ class Dispatcher:
         return self.store.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
                                        LEASE_MARGIN_US, self.rank_cache)
 
-    def _start(self, claimed: ClaimedJob, tasks: set[asyncio.Task[None]]) -> None:
+    def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane
         self._inflight += 1
         self._lane_inflight[lane] += 1
@@ -394,10 +403,118 @@ class Dispatcher:
         self.admitted[claimed.admission] += 1
         ADMISSIONS.labels(lane, claimed.admission).inc()
         t = asyncio.create_task(self._attempt(claimed))
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _claim_round(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
+                           cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult | None:
+        """One claim transaction at the clock's current reading, in ``executor``; ``None`` when
+        :meth:`stop` abandoned it while it was still in the store. Raises what the store raised."""
+        started = loop.time()
+        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch)
+        try:
+            res = await claiming
+        except asyncio.CancelledError:
+            if self._stopping and claiming.cancelled():
+                return None   # stop() does not wait for a claim stuck in the store
+            raise
+        finally:
+            self._claiming = None
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
+                      sum(res.waiting.values()), (loop.time() - started) * 1000)
+        return res
+
+    def _take(self, res: ClaimResult) -> None:
+        """Start the attempts a claim round admitted and publish what it left waiting."""
+        for claimed in res.jobs:
+            self._start(claimed)
+        self.last_waiting = dict(res.waiting)
+        for name in ("on-time", "over-quota", "catch-up", "backfill"):
+            WAITING.labels(self.node_id, name).set(res.waiting.get(name, 0))
+
+    # --- stepping (tests and tools drive the dispatcher like TimingLoop.tick()) ------------------
+
+    def _stepping(self) -> ThreadPoolExecutor:
+        if self._running:
+            raise RuntimeError("the stepping API cannot be used while run() is running")
+        if self.sender is None:
+            self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64))
+            self._own_step_sender = True
+        if self._step_executor is None:
+            self._step_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-step")
+        return self._step_executor
+
+    async def claim_once(self) -> int:
+        """Make one claim round at the clock's current reading and start the attempts it admits;
+        return how many were started.
+
+        The round is the one :meth:`run` makes (same shaping, capacity, quotas and leases), but only
+        one: where ``run()`` claims again at once after a full window, call this again. With a fake
+        clock only fires due at its reading are claimed — a retry once the clock has reached its
+        ``next_attempt_us``, never before. The attempts run as tasks on the current loop;
+        :meth:`flush` waits for them and records their results. Nothing is retried here: an error
+        of the store propagates and nothing is started. Not usable while :meth:`run` is running;
+        release the HTTP session and store thread with :meth:`aclose` (or ``async with``).
+        """
+        executor = self._stepping()
+        cap = self.capacity()
+        fetch = self._fetch(cap)
+        if not fetch:
+            return 0   # no free slot in any lane this process serves
+        res = await self._claim_round(asyncio.get_running_loop(), executor, cap, fetch)
+        if res is None:
+            return 0
+        self._take(res)
+        return len(res.jobs)
+
+    async def flush(self) -> int:
+        """Wait for every attempt started so far to finish, then record all pending results in the
+        store in one batch (the flusher's path: ``settle_dispatch``); return how many were recorded.
+
+        After it returns, each attempt started by :meth:`claim_once` has its result in the ledger:
+        the fire is terminal or ``pending`` with its retry instant (``next_attempt_us``). When the
+        store refuses the batch the results are kept (a later ``flush()`` records them) and the
+        error propagates. An attempt is bounded by its timeout, so this wait is too.
+        """
+        executor = self._stepping()
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+        batch, self._results = self._results, []
+        if not batch:
+            return 0
+        try:
+            return await self._record(asyncio.get_running_loop(), executor, batch)
+        except Exception:
+            self._results[:0] = batch
+            raise
+
+    async def aclose(self) -> None:
+        """Release what the stepping API opened (the HTTP session it created, its store thread).
+        Attempts still running are waited for, their results left unrecorded (call :meth:`flush`
+        first to record them)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+        if self._step_executor is not None:
+            self._step_executor.shutdown(wait=False)
+            self._step_executor = None
+        if self._own_step_sender and self.sender is not None:
+            await self.sender.close()
+            self.sender = None
+            self._own_step_sender = False
+
+    async def __aenter__(self) -> Dispatcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def run(self) -> None:
+        """Claim and attempt until :meth:`stop`: each round is :meth:`claim_once`'s, results are
+        recorded in batches by a background flusher, and the loop sleeps until woken (a commit, a
+        finished attempt, a retry due) or ``idle_s``. Returns within ``drain_s`` of ``stop()``."""
+        if self._running:
+            raise RuntimeError("run() is already running")
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._flush_event = asyncio.Event()
@@ -406,7 +523,8 @@ class Dispatcher:
             self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64))
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-store")
         flusher = asyncio.create_task(self._flusher(loop, executor))
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self._tasks
+        self._running = True
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -415,28 +533,15 @@ class Dispatcher:
                 wait_s = self.idle_s
                 if fetch:
                     try:
-                        started = loop.time()
-                        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch)
-                        try:
-                            res = await claiming
-                        except asyncio.CancelledError:
-                            if self._stopping and claiming.cancelled():
-                                break   # stop() does not wait for a claim stuck in the store
-                            raise
-                        finally:
-                            self._claiming = None
-                        if log.isEnabledFor(logging.DEBUG):
-                            log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
-                                      sum(res.waiting.values()), (loop.time() - started) * 1000)
+                        got = await self._claim_round(loop, executor, cap, fetch)
+                        if got is None:
+                            break   # stop() does not wait for a claim stuck in the store
+                        res = got
                     except Exception:
                         log.exception("claiming fires failed; retrying")
                         res = ClaimResult([], None, {}, {})
                         wait_s = 0.5
-                    for claimed in res.jobs:
-                        self._start(claimed, tasks)
-                    self.last_waiting = dict(res.waiting)
-                    for name in ("on-time", "over-quota", "catch-up", "backfill"):
-                        WAITING.labels(self.node_id, name).set(res.waiting.get(name, 0))
+                    self._take(res)
                     full = any(res.offered.get(lane, 0) >= n for lane, n in fetch.items())
                     if res.jobs and (full or res.waiting) and self.capacity().total > 0:
                         continue   # a full window: there may be more to claim right away
@@ -471,3 +576,5 @@ class Dispatcher:
             executor.shutdown(wait=False, cancel_futures=True)
             if own_sender and self.sender is not None:
                 await self.sender.close()
+                self.sender = None
+            self._running = False
