@@ -130,7 +130,10 @@ def credential_cost(store: SqlStore, keys: KeyRingFile, url: str) -> tuple[float
     cap = Capacity(64, {"on-time": 64, "catch-up": 0, "backfill": 0}, 64)
     res = store.claim_shaped(clock.now().latest_us + 10 * S, "probe", {"on-time": 64},
                              _Shaper(DispatchConfig(), cap), 5 * S)
-    fires = [c.job for c in res.jobs] or []
+    # Payloads and target secrets are stored sealed: open them as the attempt runner does (admission).
+    from fireledger.security.envelope import open_job_payload
+
+    fires = [asyncio.run(open_job_payload(store, c.job)) for c in res.jobs]
     if not fires:
         raise RuntimeError("no fire to measure credentials with")
     ring = keys.ring()
@@ -173,6 +176,9 @@ def main() -> int:
     n = args.n
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        from e2e import use_state_dir   # a state directory (KEK, key ring) for the run, unless one is set
+
+        use_state_dir(tmp / "state")
         sink, base = start_sink(tmp)
         try:
             keys = KeyRingFile(tmp / "keys.json")
