@@ -176,7 +176,7 @@ def main() -> int:
     n = args.n
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        from e2e import use_state_dir   # a state directory (KEK, key ring) for the run, unless one is set
+        from e2e import use_state_dir  # a state directory (KEK, key ring) for the run, unless one is set
 
         use_state_dir(tmp / "state")
         sink, base = start_sink(tmp)
