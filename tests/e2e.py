@@ -128,7 +128,10 @@ class Service:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)
         if self.port is not None:
-            wait_until(self._healthy, timeout_s, f"{self.command} to answer /healthz")
+            try:
+                wait_until(self._healthy, timeout_s, f"{self.command} to answer /healthz")
+            except TimeoutError as exc:   # say what the process was doing (its log), not only that it was slow
+                raise TimeoutError(f"{exc}; its log ends: {self.log_text()[-2000:]}") from None
         return self
 
     def _healthy(self) -> bool:
