@@ -31,6 +31,7 @@ from typing import Any
 from fireledger.definitions import next_us, recurrence_of
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Trigger, TriggerVersion
+from fireledger.errors import FireledgerError
 from fireledger.recurrence import TZDATA_VERSION, Recurrence, RecurrenceError, format_instant
 from fireledger.store import SqlStore
 
@@ -44,7 +45,7 @@ HARD_MAX = 100_000
 ITEMS_LISTED = 1000
 
 
-class BackfillRefused(ValueError):
+class BackfillRefused(FireledgerError, ValueError):
     """Bad input or a window the bound refuses: ``errors`` names each field; nothing was stored."""
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:

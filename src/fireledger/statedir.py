@@ -25,6 +25,8 @@ import os
 import stat
 from pathlib import Path
 
+from fireledger.errors import FireledgerError
+
 __all__ = ["DEFAULT_STATE_DIR", "STATE_DIR_ENV", "StateDirError", "default_db_url", "ensure_state_dir",
            "is_in_state_dir", "legacy_store_problem", "private_file_problem", "state_dir"]
 
@@ -33,7 +35,7 @@ DEFAULT_STATE_DIR = "./.fireledger"
 DB_NAME = "fireledger.db"
 
 
-class StateDirError(RuntimeError):
+class StateDirError(FireledgerError, RuntimeError):
     """The state directory cannot be used (one line naming the directory and the fix)."""
 
 

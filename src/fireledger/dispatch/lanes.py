@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from fireledger.domain.model import Lane
+from fireledger.errors import FireledgerError
 
 __all__ = ["LANES", "ConfigError", "DispatchConfig", "LaneConfig", "parse_lane"]
 
@@ -35,7 +36,7 @@ __all__ = ["LANES", "ConfigError", "DispatchConfig", "LaneConfig", "parse_lane"]
 LANES: tuple[str, ...] = (Lane.ON_TIME.value, Lane.CATCH_UP.value, Lane.BACKFILL.value)
 
 
-class ConfigError(ValueError):
+class ConfigError(FireledgerError, ValueError):
     """A dispatch setting is malformed; the message names the setting (one line, no traceback)."""
 
 

@@ -41,6 +41,8 @@ from typing import Any
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from fireledger.errors import FireledgerError
+
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: Instance-metadata endpoints of the common clouds: never a target, whatever the operator allows.
@@ -58,7 +60,7 @@ METADATA_ADDRESSES: frozenset[IP] = frozenset(ipaddress.ip_address(a) for a in (
 _ALWAYS = "(always refused, even where private targets are allowed)"
 
 
-class EgressRefused(ValueError):
+class EgressRefused(FireledgerError, ValueError):
     """An outbound connection the egress policy refuses; the message names host, address and why."""
 
 

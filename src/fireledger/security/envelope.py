@@ -46,6 +46,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from fireledger.errors import FireledgerError
 from fireledger.store.engine import StoreError
 
 log = logging.getLogger("fireledger.security")
@@ -63,7 +64,7 @@ class KekError(StoreError):
     :class:`~fireledger.store.StoreError`: commands print it as one line and exit 2)."""
 
 
-class PayloadUnreadable(ValueError):
+class PayloadUnreadable(FireledgerError, ValueError):
     """A payload cannot be opened (tenant deleted, wrong binding, tampered). Never carries content."""
 
 

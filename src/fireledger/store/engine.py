@@ -30,10 +30,12 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlparse
 
+from fireledger.errors import FireledgerError
+
 from . import queries
 
 
-class StoreError(RuntimeError):
+class StoreError(FireledgerError, RuntimeError):
     """A store-level failure with a message an operator can act on."""
 
 

@@ -46,6 +46,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
+from fireledger.errors import FireledgerError
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, preview
 
 from ..auth import hash_token
@@ -89,7 +90,7 @@ _env = Environment(loader=PackageLoader("fireledger.control.console", "templates
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-class _SignIn(Exception):
+class _SignIn(FireledgerError):
     """Raised by a page when there is no valid session: answered with a redirect to the login."""
 
 
