@@ -23,7 +23,6 @@ the operator command (``fireledger backfill``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,13 +54,9 @@ class BackfillRefused(FireledgerError, ValueError):
 
 def max_fires_from_env(env: Mapping[str, str] | None = None) -> int:
     """``FIRELEDGER_BACKFILL_MAX`` (1-100000), default 1000; ``ValueError`` naming the variable."""
-    env = os.environ if env is None else env
-    raw = env.get(ENV_MAX, "").strip()
-    if not raw:
-        return DEFAULT_MAX
-    if not raw.isdigit() or not 1 <= int(raw) <= HARD_MAX:
-        raise ValueError(f"{ENV_MAX}: must be a whole number of fires 1-{HARD_MAX}, got {raw!r}")
-    return int(raw)
+    from fireledger.settings import parse_backfill_max, process_env
+
+    return parse_backfill_max(process_env() if env is None else env)
 
 
 @dataclass(frozen=True, slots=True)

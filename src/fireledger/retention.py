@@ -27,6 +27,7 @@ from typing import Any
 from fireledger.clock import Clock
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.observe.records import archive_record
+from fireledger.settings import Settings, parse_retention_days, process_env
 
 log = logging.getLogger("fireledger.retention")
 
@@ -35,13 +36,12 @@ DEFAULT_RETENTION_DAYS = 90
 RETENTION_DAYS_ENV = "FIRELEDGER_HISTORY_RETENTION_DAYS"
 
 
-def retention_days() -> int:
-    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90. Raises ``ValueError`` (one line
-    naming the variable) for anything else."""
-    raw = os.environ.get(RETENTION_DAYS_ENV, str(DEFAULT_RETENTION_DAYS))
-    if not raw.isdigit() or not 1 <= int(raw) <= 3650:
-        raise ValueError(f"{RETENTION_DAYS_ENV}: must be a whole number of days 1-3650, got {raw!r}")
-    return int(raw)
+def retention_days(settings: Settings | None = None) -> int:
+    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90, from ``settings`` (else the
+    environment). Raises ``ValueError`` (one line naming the variable) for anything else."""
+    if settings is not None:
+        return settings.history_retention_days
+    return parse_retention_days(process_env())
 
 
 def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *, purge: bool = True,
@@ -83,8 +83,11 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
     return done, live_left
 
 
-def archive_dir_for(store: Any) -> Path:
-    explicit = os.environ.get("FIRELEDGER_HISTORY_ARCHIVE_DIR")
+def archive_dir_for(store: Any, settings: Settings | None = None) -> Path:
+    """``FIRELEDGER_HISTORY_ARCHIVE_DIR``, else ``fireledger-archive`` beside a SQLite store, else
+    ``archive`` in the state directory."""
+    explicit = (settings.history_archive_dir if settings is not None
+                else process_env().get("FIRELEDGER_HISTORY_ARCHIVE_DIR"))
     if explicit:
         return Path(explicit)
     path = getattr(store.engine, "path", None)

@@ -41,7 +41,11 @@ class StateDirError(FireledgerError, RuntimeError):
 
 def state_dir() -> Path:
     """The state directory (``FIRELEDGER_STATE_DIR``, default ``./.fireledger``); not created here."""
-    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+    from fireledger.settings import process_env
+
+    # Read where it is used, not passed down: every command and the tests' e2e helper share this
+    # default (the settings object carries the same value as ``Settings.state_dir``).
+    return Path(process_env().get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
 
 
 def default_db_url() -> str:

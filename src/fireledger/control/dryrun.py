@@ -24,7 +24,6 @@ nothing stored (decision 0065).
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -193,7 +192,9 @@ def _parse_instant(text: str) -> int:
 def miss_threshold_us() -> int:
     """The miss threshold of this process (``FIRELEDGER_MISS_THRESHOLD_S``; ``ValueError`` naming the
     variable when malformed — ``create_app`` calls this so a bad setting stops the start)."""
-    return miss_threshold_from(os.environ)
+    from fireledger.settings import process_env
+
+    return miss_threshold_from(process_env())
 
 
 def _miss_threshold_us() -> int:

@@ -23,7 +23,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -43,6 +42,7 @@ from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
 from fireledger.security.targets import admit
+from fireledger.settings import Settings
 from fireledger.store import Settlement, SqlStore
 from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, RankCache, ShapedDecision
 
@@ -213,10 +213,15 @@ class Dispatcher:
 
     @classmethod
     def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
-        """A dispatcher configured from ``FIRELEDGER_*`` (see :mod:`fireledger.dispatch.lanes`), after
-        importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
-        load_modules(os.environ.get("FIRELEDGER_INTERNAL_MODULES"))
-        return cls(store, clock, node_id, config=DispatchConfig.from_env(), **kw)
+        """:meth:`from_settings` with the settings read from the environment now."""
+        return cls.from_settings(store, clock, node_id, Settings.from_env(), **kw)
+
+    @classmethod
+    def from_settings(cls, store: SqlStore, clock: Clock, node_id: str, settings: Settings, **kw: Any) -> Dispatcher:
+        """A dispatcher configured by ``settings`` (lanes, concurrency: :mod:`fireledger.dispatch.lanes`),
+        after importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
+        load_modules(settings.internal_modules)
+        return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
 
     def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
         """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until

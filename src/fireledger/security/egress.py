@@ -33,7 +33,6 @@ followed by the callers (``allow_redirects=False``), and no proxy from the envir
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +65,9 @@ class EgressRefused(FireledgerError, ValueError):
 
 def private_allowed_by_env() -> bool:
     """``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``: the operator allows loopback and private targets."""
-    return os.environ.get("FIRELEDGER_ALLOW_PRIVATE_TARGETS", "").strip() == "1"
+    from fireledger.settings import parse_allow_private_targets, process_env
+
+    return parse_allow_private_targets(process_env())
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")            # RFC 6052 well-known prefix
