@@ -114,10 +114,12 @@ def run_once(store: Any, clock: Clock, days: int, archive_dir: Path) -> tuple[in
     return done, live
 
 
-async def retention_loop(store: Any, clock: Clock, *, every_s: float = 3600.0) -> None:
-    """Run :func:`run_once` every ``every_s`` on its own thread (its own store connection)."""
-    days = retention_days()
-    archive_dir = archive_dir_for(store)
+async def retention_loop(store: Any, clock: Clock, *, every_s: float = 3600.0,
+                         settings: Settings | None = None) -> None:
+    """Run :func:`run_once` every ``every_s`` on its own thread (its own store connection), with the
+    retention window and archive directory of ``settings`` (else the environment)."""
+    days = retention_days(settings)
+    archive_dir = archive_dir_for(store, settings)
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="retention") as pool:
         while True:

@@ -201,7 +201,7 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
             def capture_signals(self) -> Iterator[None]:
                 yield
 
-        app = create_app(store, clock, on_definition_change=changed, keys=keys)
+        app = create_app(store, clock, on_definition_change=changed, keys=keys, settings=settings)
         host, port = parse_listen(listen or "127.0.0.1:8080")
         trusted = list(settings.trusted_proxies)   # X-Forwarded-Proto/-For trusted from these only (0084)
         # Bounded heads, head time and connections (decision 0092); bodies: control/bodylimit.py.
@@ -217,7 +217,8 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     # Deleted tenants are purged (definitions, payloads, history) by the control plane's job.
     purge = asyncio.create_task(purge_loop(store), name="purge") if "control" in roles else None
     # History past the retention window is archived and purged by the control plane's job.
-    retention = asyncio.create_task(retention_loop(store, clock), name="retention") if "control" in roles else None
+    retention = (asyncio.create_task(retention_loop(store, clock, settings=settings), name="retention")
+                 if "control" in roles else None)
     # The due age (per partition) is read from the store at scrape time by the control plane's
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     waiter = asyncio.create_task(stop.wait())

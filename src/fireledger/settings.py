@@ -31,7 +31,7 @@ from fireledger.errors import FireledgerError
 __all__ = [
     "LANE_NAMES", "LeaseSettings", "SettingError", "Settings", "parse_allow_private_targets", "parse_backfill_max",
     "parse_declared_eps_us", "parse_dispatch_concurrency", "parse_dispatch_processes", "parse_flag",
-    "parse_lane_text", "parse_max_connections", "parse_metrics_listen", "parse_over_quota_share",
+    "parse_lane_text", "parse_log_level", "parse_max_connections", "parse_metrics_listen", "parse_over_quota_share",
     "parse_per_tenant_limit", "parse_public_url", "parse_retention_days", "parse_seconds",
     "parse_stop_timeout_s", "parse_store_number", "parse_trusted_proxies", "process_env",
 ]
@@ -152,11 +152,25 @@ def parse_retention_days(env: Mapping[str, str]) -> int:
 
 
 def parse_per_tenant_limit(env: Mapping[str, str], name: str, default: int) -> int:
-    """A per-tenant count limit (``FIRELEDGER_MAX_*_PER_TENANT``): a whole number ≥ 1, else ``default``.
-
-    Lenient, as it always was: a malformed value falls back to the default (decision 0107 lists it)."""
+    """A per-tenant count limit (``FIRELEDGER_MAX_*_PER_TENANT``): a whole number ≥ 1, ``default``
+    when unset. Checked at start-up (a malformed value stops the start, decision 0107); the helpers
+    in :mod:`fireledger.security.limits` read it leniently, as they always did."""
     raw = _text(env, name)
-    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise SettingError(f"{name}: must be a whole number ≥ 1, got {raw!r}")
+    return int(raw)
+
+
+def parse_log_level(env: Mapping[str, str]) -> str:
+    """``FIRELEDGER_LOG_LEVEL`` (default ``info``): a :mod:`logging` level name, any case."""
+    import logging
+
+    raw = _text(env, "FIRELEDGER_LOG_LEVEL") or "info"
+    if raw.upper() not in logging.getLevelNamesMapping():
+        raise SettingError(f"FIRELEDGER_LOG_LEVEL: {raw!r} is not a log level (debug, info, warning, error)")
+    return raw
 
 
 def parse_declared_eps_us(env: Mapping[str, str]) -> int:
@@ -403,7 +417,7 @@ class Settings:
         e: Mapping[str, str] = process_env() if env is None else env
         values: dict[str, Any] = {
             "state_dir": _optional(e, "FIRELEDGER_STATE_DIR"),
-            "log_level": e.get("FIRELEDGER_LOG_LEVEL", "info"),
+            "log_level": parse_log_level(e),
             "stop_timeout_s": parse_stop_timeout_s(e),
             "declared_eps_us": parse_declared_eps_us(e),
             "kek": _optional(e, "FIRELEDGER_KEK"),

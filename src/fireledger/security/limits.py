@@ -23,7 +23,12 @@ MAX_PAYLOAD_KEYS = 10_000
 
 
 def _env_int(name: str, default: int) -> int:
-    return parse_per_tenant_limit(process_env(), name, default)
+    """The limit from the environment; lenient (a malformed value is the default), as it always was:
+    ``fireledger serve``/``control`` refuse a malformed one at start-up (:mod:`fireledger.settings`)."""
+    try:
+        return parse_per_tenant_limit(process_env(), name, default)
+    except ValueError:
+        return default
 
 
 def max_triggers_per_tenant() -> int:
