@@ -153,7 +153,7 @@ def parse_retention_days(env: Mapping[str, str]) -> int:
 
 def parse_per_tenant_limit(env: Mapping[str, str], name: str, default: int) -> int:
     """A per-tenant count limit (``FIRELEDGER_MAX_*_PER_TENANT``): a whole number ≥ 1, ``default``
-    when unset. Checked at start-up (a malformed value stops the start, decision 0107); the helpers
+    when unset. Checked at start-up (a malformed value stops the start, decision 0106); the helpers
     in :mod:`fireledger.security.limits` read it leniently, as they always did."""
     raw = _text(env, name)
     if not raw:
