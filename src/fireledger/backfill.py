@@ -23,7 +23,6 @@ the operator command (``fireledger backfill``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from fireledger.definitions import next_us, recurrence_of
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Trigger, TriggerVersion
+from fireledger.errors import FireledgerError
 from fireledger.recurrence import TZDATA_VERSION, Recurrence, RecurrenceError, format_instant
 from fireledger.store import SqlStore
 
@@ -44,7 +44,7 @@ HARD_MAX = 100_000
 ITEMS_LISTED = 1000
 
 
-class BackfillRefused(ValueError):
+class BackfillRefused(FireledgerError, ValueError):
     """Bad input or a window the bound refuses: ``errors`` names each field; nothing was stored."""
 
     def __init__(self, errors: list[tuple[str, str]]) -> None:
@@ -54,13 +54,9 @@ class BackfillRefused(ValueError):
 
 def max_fires_from_env(env: Mapping[str, str] | None = None) -> int:
     """``FIRELEDGER_BACKFILL_MAX`` (1-100000), default 1000; ``ValueError`` naming the variable."""
-    env = os.environ if env is None else env
-    raw = env.get(ENV_MAX, "").strip()
-    if not raw:
-        return DEFAULT_MAX
-    if not raw.isdigit() or not 1 <= int(raw) <= HARD_MAX:
-        raise ValueError(f"{ENV_MAX}: must be a whole number of fires 1-{HARD_MAX}, got {raw!r}")
-    return int(raw)
+    from fireledger.settings import parse_backfill_max, process_env
+
+    return parse_backfill_max(process_env() if env is None else env)
 
 
 @dataclass(frozen=True, slots=True)

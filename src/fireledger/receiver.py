@@ -86,6 +86,7 @@ from typing import Any, Protocol, runtime_checkable
 import jwt
 
 from fireledger.dispatch import signing
+from fireledger.errors import FireledgerError
 
 __all__ = [
     "ALLOWED_ALGORITHMS",
@@ -107,7 +108,7 @@ _MAX_LEEWAY_S = 5.0
 _REQUIRED_CLAIMS = ["iss", "aud", "sub", "iat", "nbf", "exp", "jti", BODY_SHA256_CLAIM]
 
 
-class ReceiverError(Exception):
+class ReceiverError(FireledgerError):
     """A delivery was refused. ``reason`` is short and never contains the body or a secret;
     ``status`` is the HTTP status to answer with (401 unauthenticated, 400 malformed body)."""
 

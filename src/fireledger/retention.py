@@ -27,6 +27,7 @@ from typing import Any
 from fireledger.clock import Clock
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.observe.records import archive_record
+from fireledger.settings import Settings, parse_retention_days, process_env
 
 log = logging.getLogger("fireledger.retention")
 
@@ -35,13 +36,12 @@ DEFAULT_RETENTION_DAYS = 90
 RETENTION_DAYS_ENV = "FIRELEDGER_HISTORY_RETENTION_DAYS"
 
 
-def retention_days() -> int:
-    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90. Raises ``ValueError`` (one line
-    naming the variable) for anything else."""
-    raw = os.environ.get(RETENTION_DAYS_ENV, str(DEFAULT_RETENTION_DAYS))
-    if not raw.isdigit() or not 1 <= int(raw) <= 3650:
-        raise ValueError(f"{RETENTION_DAYS_ENV}: must be a whole number of days 1-3650, got {raw!r}")
-    return int(raw)
+def retention_days(settings: Settings | None = None) -> int:
+    """``FIRELEDGER_HISTORY_RETENTION_DAYS`` (1-3650), default 90, from ``settings`` (else the
+    environment). Raises ``ValueError`` (one line naming the variable) for anything else."""
+    if settings is not None:
+        return settings.history_retention_days
+    return parse_retention_days(process_env())
 
 
 def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *, purge: bool = True,
@@ -83,8 +83,11 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
     return done, live_left
 
 
-def archive_dir_for(store: Any) -> Path:
-    explicit = os.environ.get("FIRELEDGER_HISTORY_ARCHIVE_DIR")
+def archive_dir_for(store: Any, settings: Settings | None = None) -> Path:
+    """``FIRELEDGER_HISTORY_ARCHIVE_DIR``, else ``fireledger-archive`` beside a SQLite store, else
+    ``archive`` in the state directory."""
+    explicit = (settings.history_archive_dir if settings is not None
+                else process_env().get("FIRELEDGER_HISTORY_ARCHIVE_DIR"))
     if explicit:
         return Path(explicit)
     path = getattr(store.engine, "path", None)
@@ -111,10 +114,12 @@ def run_once(store: Any, clock: Clock, days: int, archive_dir: Path) -> tuple[in
     return done, live
 
 
-async def retention_loop(store: Any, clock: Clock, *, every_s: float = 3600.0) -> None:
-    """Run :func:`run_once` every ``every_s`` on its own thread (its own store connection)."""
-    days = retention_days()
-    archive_dir = archive_dir_for(store)
+async def retention_loop(store: Any, clock: Clock, *, every_s: float = 3600.0,
+                         settings: Settings | None = None) -> None:
+    """Run :func:`run_once` every ``every_s`` on its own thread (its own store connection), with the
+    retention window and archive directory of ``settings`` (else the environment)."""
+    days = retention_days(settings)
+    archive_dir = archive_dir_for(store, settings)
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="retention") as pool:
         while True:

@@ -21,32 +21,33 @@ from fireledger.recurrence import TZDATA_VERSION
 from fireledger.retention import retention_loop
 from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
-from fireledger.stopping import StopGuard, stop_timeout_s
+from fireledger.settings import Settings, parse_dispatch_processes, parse_trusted_proxies, process_env
+from fireledger.stopping import StopGuard
 from fireledger.store import SqlStore
 from fireledger.store.engine import SqliteEngine
 
 log = logging.getLogger("fireledger.service")
 
 
-def keyring_path(store: SqlStore | None = None) -> str:
-    """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING``, else ``keys.json`` in the state
-    directory (:mod:`fireledger.statedir`; never the working directory). Every dispatch and control
-    process must see the same file."""
+def keyring_path(store: SqlStore | None = None, settings: Settings | None = None) -> str:
+    """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING`` (from ``settings``, else the
+    environment), else ``keys.json`` in the state directory (:mod:`fireledger.statedir`; never the
+    working directory). Every dispatch and control process must see the same file."""
     from fireledger.statedir import state_dir
 
-    explicit = os.environ.get("FIRELEDGER_KEYRING")
+    explicit = settings.keyring if settings is not None else process_env().get("FIRELEDGER_KEYRING")
     if explicit:
         return explicit
     return str(state_dir() / "keys.json")
 
 
-def open_keyring(store: SqlStore | None = None) -> KeyRingFile:
+def open_keyring(store: SqlStore | None = None, settings: Settings | None = None) -> KeyRingFile:
     """The key ring of this deployment, checked: the state directory must not be open to group or
     others, nor the ring file (``ValueError`` naming the file and the ``chmod`` that fixes it). A
     missing ring is created (mode 0600): a new signing key loses nothing, receivers refetch the JWKS."""
     from fireledger.statedir import StateDirError, ensure_state_dir, is_in_state_dir, private_file_problem
 
-    path = keyring_path(store)
+    path = keyring_path(store, settings)
     if is_in_state_dir(path):
         try:
             ensure_state_dir()
@@ -65,10 +66,7 @@ def dispatch_processes(env: dict[str, str] | None = None) -> int:
     N − 1 extra ``fireledger dispatch`` processes on the same store, which share the lanes the way
     any dispatch processes do (claims are compare-and-set inside a write transaction, so nothing is
     leased twice). Raises ``ValueError`` naming the variable."""
-    text = (env if env is not None else os.environ).get("FIRELEDGER_DISPATCH_PROCESSES", "1").strip()
-    if not text.isdigit() or not 1 <= int(text) <= 64:
-        raise ValueError(f"FIRELEDGER_DISPATCH_PROCESSES: {text!r} is not a whole number from 1 to 64")
-    return int(text)
+    return parse_dispatch_processes(process_env() if env is None else env)
 
 
 async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: float = 10.0) -> None:
@@ -113,20 +111,7 @@ def trusted_proxies(env: dict[str, str] | None = None) -> list[str]:
     """``FIRELEDGER_TRUSTED_PROXIES``: comma-separated addresses or networks of reverse proxies
     whose ``X-Forwarded-Proto``/``X-Forwarded-For`` the control plane believes (empty: none; the
     scheme is then the connection's own). A malformed entry raises ``ValueError`` naming it."""
-    import ipaddress
-
-    raw = (env if env is not None else os.environ).get("FIRELEDGER_TRUSTED_PROXIES", "")
-    out = []
-    for item in (p.strip() for p in raw.split(",")):
-        if not item:
-            continue
-        try:
-            ipaddress.ip_network(item)   # strict, as uvicorn parses it: 10.0.0.0/8, not 10.0.0.1/8
-        except ValueError:
-            raise ValueError(f"FIRELEDGER_TRUSTED_PROXIES: {item!r} is not an IP address or network "
-                             "(host bits must be zero)") from None
-        out.append(item)
-    return out
+    return list(parse_trusted_proxies(process_env() if env is None else env))
 
 
 def bind_listen(listen: str) -> socket.socket:
@@ -155,13 +140,16 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
-               keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None) -> None:
+               keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None,
+               settings: Settings | None = None) -> None:
     import uvloop  # noqa: F401  (the policy is installed by the caller)
 
     from fireledger.timing import TimingNode
     from fireledger.timing.node import ServerClockProbe
 
-    system = SystemClock()
+    if settings is None:
+        settings = Settings.from_env()
+    system = SystemClock(settings.declared_eps_us)
     clock: Clock = system
     if store.engine_name == "postgres":
         clock = CrossCheckedClock(system, ServerClockProbe(store))  # one dedicated connection
@@ -174,26 +162,26 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     stop = asyncio.Event()
     # Bounded stop (invariant 17): SIGTERM/SIGINT start a drain with a deadline and arm a watchdog
     # that ends the process at FIRELEDGER_STOP_TIMEOUT_S whatever is still running.
-    stop_s = stop_timeout_s()
+    stop_s = settings.stop_timeout_s
     guard = StopGuard(stop_s, lambda: loop.call_soon_threadsafe(stop.set))
     guard.install()
     tasks: list[asyncio.Task[None]] = []
     dispatcher = None
     timing = None
     if keys is None and {"control", "dispatch"} & set(roles):
-        keys = open_keyring(store)
-    issuer = os.environ.get("FIRELEDGER_ISSUER") or f"http://{listen or '127.0.0.1:8080'}"
+        keys = open_keyring(store, settings)
+    issuer = settings.issuer or f"http://{listen or '127.0.0.1:8080'}"
     if "dispatch" in roles:
         from fireledger.dispatch.runner import Dispatcher  # imported only where it runs (startup time)
 
-        dispatcher = Dispatcher.from_env(store, clock, node_id("dispatch"), keys=keys, issuer=issuer)
+        dispatcher = Dispatcher.from_settings(store, clock, node_id("dispatch"), settings, keys=keys, issuer=issuer)
         tasks.append(asyncio.create_task(dispatcher.run(), name="dispatch"))
     if "timing" in roles:
         def committed(_fires: Sequence[NewFire]) -> None:
             if dispatcher is not None:
                 dispatcher.wake_threadsafe(loop)
         # Partition leases, shadow rebuilder and definition notifications on PostgreSQL (timing/node.py).
-        timing = TimingNode.build(store, clock, node_id("timing"), on_committed=committed)
+        timing = TimingNode.build(store, clock, node_id("timing"), on_committed=committed, settings=settings)
         tasks.append(asyncio.create_task(timing.run(), name="timing"))
     server = None
     if "control" in roles:
@@ -213,9 +201,9 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
             def capture_signals(self) -> Iterator[None]:
                 yield
 
-        app = create_app(store, clock, on_definition_change=changed, keys=keys)
+        app = create_app(store, clock, on_definition_change=changed, keys=keys, settings=settings)
         host, port = parse_listen(listen or "127.0.0.1:8080")
-        trusted = trusted_proxies()   # X-Forwarded-Proto/-For honoured from these peers only (decision 0084)
+        trusted = list(settings.trusted_proxies)   # X-Forwarded-Proto/-For trusted from these only (0084)
         # Bounded heads, head time and connections (decision 0092); bodies: control/bodylimit.py.
         server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", http=BoundedHttpToolsProtocol,
                                         access_log=False, lifespan="off", proxy_headers=bool(trusted),
@@ -229,11 +217,12 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     # Deleted tenants are purged (definitions, payloads, history) by the control plane's job.
     purge = asyncio.create_task(purge_loop(store), name="purge") if "control" in roles else None
     # History past the retention window is archived and purged by the control plane's job.
-    retention = asyncio.create_task(retention_loop(store, clock), name="retention") if "control" in roles else None
+    retention = (asyncio.create_task(retention_loop(store, clock, settings=settings), name="retention")
+                 if "control" in roles else None)
     # The due age (per partition) is read from the store at scrape time by the control plane's
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     waiter = asyncio.create_task(stop.wait())
-    extra = dispatch_processes() - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
+    extra = settings.dispatch_processes - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
     supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
                   if extra and db else None)
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
@@ -270,13 +259,17 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
         retention.cancel()
 
 
-def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
-    """Open the store (SQLite migrates; PostgreSQL must be upgraded) and run ``roles``."""
+def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Settings | None = None) -> None:
+    """Open the store (SQLite migrates; PostgreSQL must be upgraded) and run ``roles`` with
+    ``settings`` (read from the environment here when None: every setting is checked before
+    anything starts, ``ValueError`` naming the variable)."""
     import uvloop
 
     from fireledger.observe.logs import setup
 
-    setup(os.environ.get("FIRELEDGER_LOG_LEVEL", "info"))
+    if settings is None:
+        settings = Settings.from_env()
+    setup(settings.log_level)
     from fireledger.statedir import legacy_store_problem
 
     problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
@@ -289,21 +282,15 @@ def run(db: str, roles: Sequence[str], listen: str | None = None) -> None:
         keys = None
         if {"control", "dispatch"} & set(roles):
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
-            keys = open_keyring(store)       # refuse a key ring group/others may read (one line, exit 2)
+            keys = open_keyring(store, settings)   # refuse a key ring group/others may read (one line, exit 2)
             seal_stored_secrets(store)       # target secrets written in plaintext by an earlier release
-        if "dispatch" in roles:
-            dispatch_processes()   # a bad value stops the process before anything starts
-        stop_timeout_s()   # FIRELEDGER_STOP_TIMEOUT_S: a bad value stops the process before anything starts
-        if "control" in roles:   # malformed FIRELEDGER_TRUSTED_PROXIES / FIRELEDGER_PUBLIC_URL stop the start
-            from fireledger.control.console import public_url_from_env
+        # Every FIRELEDGER_* setting was checked by Settings.from_env before the store was opened.
+        if "control" in roles:
+            from fireledger.control.httpproto import BoundedHttpToolsProtocol, connection_cap
 
-            trusted_proxies()
-            public_url_from_env()
-            from fireledger.control.httpproto import BoundedHttpToolsProtocol, max_connections
-
-            BoundedHttpToolsProtocol.cap = max_connections()   # FIRELEDGER_MAX_CONNECTIONS (decision 0092)
+            BoundedHttpToolsProtocol.cap = connection_cap(settings.max_connections)   # decision 0092
         listen_socket = bind_listen(listen or "127.0.0.1:8080") if "control" in roles else None
-        uvloop.run(_run(store, roles, listen, db, keys, listen_socket))
+        uvloop.run(_run(store, roles, listen, db, keys, listen_socket, settings))
     finally:
         busy = _threads_still_running(1.0)
         if busy:   # closing a connection under a running call could crash the process: leave it to exit

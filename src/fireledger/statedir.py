@@ -25,6 +25,8 @@ import os
 import stat
 from pathlib import Path
 
+from fireledger.errors import FireledgerError
+
 __all__ = ["DEFAULT_STATE_DIR", "STATE_DIR_ENV", "StateDirError", "default_db_url", "ensure_state_dir",
            "is_in_state_dir", "legacy_store_problem", "private_file_problem", "state_dir"]
 
@@ -33,13 +35,17 @@ DEFAULT_STATE_DIR = "./.fireledger"
 DB_NAME = "fireledger.db"
 
 
-class StateDirError(RuntimeError):
+class StateDirError(FireledgerError, RuntimeError):
     """The state directory cannot be used (one line naming the directory and the fix)."""
 
 
 def state_dir() -> Path:
     """The state directory (``FIRELEDGER_STATE_DIR``, default ``./.fireledger``); not created here."""
-    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+    from fireledger.settings import process_env
+
+    # Read where it is used, not passed down: every command and the tests' e2e helper share this
+    # default (the settings object carries the same value as ``Settings.state_dir``).
+    return Path(process_env().get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
 
 
 def default_db_url() -> str:

@@ -34,16 +34,9 @@ __all__ = ["DEFAULT_STOP_TIMEOUT_S", "FORCED_EXIT_STATUS", "STOP_TIMEOUT_ENV", "
 def stop_timeout_s(env: Mapping[str, str] | None = None) -> float:
     """``FIRELEDGER_STOP_TIMEOUT_S`` (default 10): seconds from SIGTERM to exit, at most. A number
     from 1 to 600; ``ValueError`` naming the variable otherwise."""
-    text = (env if env is not None else os.environ).get(STOP_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_STOP_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 1 <= value <= 600:   # also refuses NaN
-        raise ValueError(f"{STOP_TIMEOUT_ENV}: {text!r} is not a number of seconds from 1 to 600")
-    return value
+    from fireledger.settings import parse_stop_timeout_s, process_env
+
+    return parse_stop_timeout_s(process_env() if env is None else env)
 
 
 class StopGuard:

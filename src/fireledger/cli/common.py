@@ -24,6 +24,7 @@ import typer
 # Typer vendors click; its exception classes are the ones raised by the parser.
 from typer._click import exceptions as click_exc
 
+from fireledger.errors import FireledgerError
 from fireledger.statedir import default_db_url
 
 __all__ = ["DB_HELP", "DEFAULT_DB", "Command", "Db", "InputError", "fail"]
@@ -33,7 +34,7 @@ DEFAULT_DB = default_db_url()   # sqlite:///<state dir>/fireledger.db (fireledge
 Db = Annotated[str, typer.Option("--db", help=DB_HELP, envvar="FIRELEDGER_DB")]
 
 
-class InputError(click_exc.UsageError):
+class InputError(FireledgerError, click_exc.UsageError):
     """Bad input at the CLI boundary (one line, exit 2)."""
 
 

@@ -65,12 +65,12 @@ def init_state(db: str | None = None) -> dict[str, Any]:
     """Create what is missing of the state directory, the KEK file and the key ring; report what
     was created (``created``: list of paths) and what was already there. Raises ``ValueError`` (one
     line) when something cannot be created or is refused (a KEK at an old place, open modes)."""
-    import os
     from pathlib import Path
 
     from fireledger.dispatch.credentials import KeyRingFile
     from fireledger.security.envelope import KEK_ENV, KekError, create_kek, kek_file_path
     from fireledger.service import keyring_path
+    from fireledger.settings import process_env
     from fireledger.statedir import StateDirError, ensure_state_dir, is_in_state_dir, private_file_problem
 
     created: list[str] = []
@@ -84,7 +84,7 @@ def init_state(db: str | None = None) -> dict[str, Any]:
         from fireledger.store.engine import engine_for_url
 
         store = type("_S", (), {"engine": engine_for_url(db)})()   # only its path: old KEK places
-    if os.environ.get(KEK_ENV):
+    if process_env().get(KEK_ENV):
         present.append(f"{KEK_ENV} (the key-encryption key is given in the environment)")
     else:
         kek = kek_file_path(store)

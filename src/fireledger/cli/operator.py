@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fireledger.errors import FireledgerError
+
 from .common import DEFAULT_DB, Command, Db, fail
 
 if TYPE_CHECKING:
     from fireledger.store import SqlStore
 
 
-class OperatorError(Exception):
+class OperatorError(FireledgerError):
     """A one-line, operator-actionable failure."""
 
 

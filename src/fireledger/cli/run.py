@@ -7,7 +7,6 @@ A bad ``--listen``, ``FIRELEDGER_*`` setting or store prints one line and exits 
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -21,6 +20,7 @@ Listen = Annotated[str, typer.Option("--listen", help="HOST:PORT for the HTTP AP
 
 def _roles_command(roles: tuple[str, ...], db: str, listen: str | None) -> None:
     from fireledger import service
+    from fireledger.settings import Settings
     from fireledger.store import StoreError
 
     if listen is not None:
@@ -28,17 +28,19 @@ def _roles_command(roles: tuple[str, ...], db: str, listen: str | None) -> None:
             service.parse_listen(listen)
         except ValueError as exc:
             fail(str(exc))
-    if "dispatch" in roles:   # lane settings (FIRELEDGER_LANE_*) and internal-target modules
+    try:   # the one read of the environment: every FIRELEDGER_* setting, checked, then passed down
+        settings = Settings.from_env()
+    except ValueError as exc:
+        fail(str(exc))
+    if "dispatch" in roles:   # internal-target modules
         from fireledger.dispatch.internal import load_modules
-        from fireledger.dispatch.runner import check_env
 
         try:
-            check_env()
-            load_modules(os.environ.get("FIRELEDGER_INTERNAL_MODULES"))
+            load_modules(settings.internal_modules)
         except ValueError as exc:
             fail(str(exc))
     try:
-        service.run(db, roles, listen)
+        service.run(db, roles, listen, settings)
     except (StoreError, ValueError) as exc:  # ValueError: a bad FIRELEDGER_* setting, named
         fail(str(exc))
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import time
 
 from .base import Interval
@@ -50,12 +49,18 @@ def kernel_error_bound() -> tuple[bool, int | None]:
     return synced, int(tx.maxerror)
 
 
+#: The declared clock bound when none is given (``FIRELEDGER_DECLARED_EPS_MS`` default: 5 ms).
+DEFAULT_DECLARED_EPS_US = 5_000
+
+
 class SystemClock:
     """``time.time_ns()`` widened by ε from the kernel or a declared bound."""
 
     def __init__(self, declared_eps_us: int | None = None, refresh_s: float = 1.0) -> None:
+        """``declared_eps_us``: the bound used when the kernel gives none; the process passes
+        ``Settings.declared_eps_us`` (``FIRELEDGER_DECLARED_EPS_MS``); None: 5 ms."""
         if declared_eps_us is None:
-            declared_eps_us = int(float(os.environ.get("FIRELEDGER_DECLARED_EPS_MS", "5")) * 1000)
+            declared_eps_us = DEFAULT_DECLARED_EPS_US
         self.declared_eps_us = declared_eps_us
         self.refresh_s = refresh_s
         self._checked = -1e9

@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fireledger.clock import Clock
 from fireledger.registry import RegistryError
+from fireledger.settings import Settings
 from fireledger.store import SqlStore
 
 from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
@@ -76,7 +77,7 @@ MAX_BODY_BYTES = API_BODY_BYTES
 
 def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
                allow_private_targets: bool | None = None, keys: Any = None,
-               metrics_cache_s: float | None = None) -> FastAPI:
+               metrics_cache_s: float | None = None, settings: Settings | None = None) -> FastAPI:
     """Build the control API over ``store``, stamping instants from ``clock``.
 
     ``metrics_cache_s``: how long ``/metrics`` reuses the store's answers (default
@@ -84,11 +85,15 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
 
     ``on_definition_change`` is called after every committed trigger change (the embedded timing
     loop wakes at once). ``allow_private_targets`` defaults to ``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``.
+
+    ``settings``: the process's settings (``fireledger serve``/``control`` pass the object they read
+    at start-up); None reads each setting from the environment where it is used.
     """
     from fireledger import __version__
 
     if allow_private_targets is None:
-        allow_private_targets = private_targets_allowed_by_env()
+        allow_private_targets = (settings.allow_private_targets if settings is not None
+                                 else private_targets_allowed_by_env())
     app = FastAPI(
         title="fireledger",
         version=__version__,
@@ -98,7 +103,7 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         docs_url="/docs",
         redoc_url=None,
     )
-    app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets)
+    app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets, settings=settings)
     app.state.denials = DenialLedger(store, app.state.fireledger.now_us)   # bounded refusal audit (0091)
 
     @app.exception_handler(ProblemError)
@@ -139,7 +144,8 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     from fireledger.observe.smearing import SmearingCollector
 
     store_metrics.register(SmearingCollector(store, clock))   # avoided peak of smearing (ADR-10)
-    max_fires_from_env()   # a malformed FIRELEDGER_BACKFILL_MAX stops the start, named
+    if settings is None:
+        max_fires_from_env()   # a malformed FIRELEDGER_BACKFILL_MAX stops the start, named
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
@@ -162,14 +168,15 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     app.include_router(triggers.fires_router)
     app.include_router(history.router)
     app.include_router(policy.router)
-    miss_threshold_us()   # a malformed FIRELEDGER_MISS_THRESHOLD_S stops the start, named
+    if settings is None:
+        miss_threshold_us()   # a malformed FIRELEDGER_MISS_THRESHOLD_S stops the start, named
     app.include_router(principals.router)
     app.include_router(audit.router)
     app.include_router(outcomes.router)   # POST …/outcome authenticates by signature (see the guard)
     app.include_router(queues.router)
     app.include_router(backfill.router)
     app.include_router(reports.router)
-    console.mount(app)
+    console.mount(app, settings.public_url if settings is not None else None)
     apply_surfaces(app)  # OpenAPI tags: management, policy, privileged, history (auth.surface_of)
     app.add_middleware(GuardMiddleware, store=store)
     app.add_middleware(BodyLimitMiddleware)   # outermost: one streaming body cap for every route (413)

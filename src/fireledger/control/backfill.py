@@ -82,6 +82,11 @@ def _instant(text: str, field: str, errors: list[tuple[str, str]]) -> int | None
         return None
 
 
+def _max_fires(ctx: ApiContext) -> int:
+    """``FIRELEDGER_BACKFILL_MAX``: from the process's settings, else the environment."""
+    return ctx.settings.backfill_max if ctx.settings is not None else max_fires_from_env()
+
+
 @router.post("/{trigger_id}/backfill", status_code=201, response_model=BackfillView, response_model_by_alias=True,
              responses={200: {"model": BackfillView, "description": "Dry run: the plan, nothing stored"},
                         404: {"model": Problem}, 409: {"model": Problem}},
@@ -98,7 +103,7 @@ def backfill_trigger(trigger_id: str, body: BackfillRequest, response: Response,
         raise invalid(errors)
     # The clock's earliest bound: every instant of the window is then certainly in the past.
     res = reg.backfill(found, lo, hi, now=ctx.clock.now(), actor=principal.id, decided_by=f"control:{principal.id}",
-                       dry_run=body.dry_run, skip_delivered=body.skip_delivered, max_fires=max_fires_from_env())
+                       dry_run=body.dry_run, skip_delivered=body.skip_delivered, max_fires=_max_fires(ctx))
     if body.dry_run:
         response.status_code = 200
     return res.as_json()

@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import Request
 
 from fireledger.clock import Clock
+from fireledger.settings import Settings
 from fireledger.store import SqlStore
 
 
@@ -20,6 +21,9 @@ class ApiContext:
     allow_private_targets: bool
     #: Replaces the system resolver for ownership challenges (under the egress guard); None: system.
     resolver: Any = None
+    #: The process's settings, read once by the entry point; None (tests, embedding): each handler
+    #: reads the environment it needs through the owner's helper.
+    settings: Settings | None = None
 
     def now_us(self) -> int:
         """The instant stamped on created/updated records and used as "now" for schedules: the

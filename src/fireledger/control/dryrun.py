@@ -24,7 +24,6 @@ nothing stored (decision 0065).
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -193,10 +192,14 @@ def _parse_instant(text: str) -> int:
 def miss_threshold_us() -> int:
     """The miss threshold of this process (``FIRELEDGER_MISS_THRESHOLD_S``; ``ValueError`` naming the
     variable when malformed — ``create_app`` calls this so a bad setting stops the start)."""
-    return miss_threshold_from(os.environ)
+    from fireledger.settings import process_env
+
+    return miss_threshold_from(process_env())
 
 
-def _miss_threshold_us() -> int:
+def _miss_threshold_us(ctx: ApiContext) -> int:
+    if ctx.settings is not None:   # read and checked at start-up
+        return ctx.settings.miss_threshold_us
     try:
         return miss_threshold_us()
     except ValueError as exc:   # an operator's setting, named (never request data)
@@ -229,7 +232,7 @@ def dry_run_policy(trigger_id: str, body: PolicyPatch, principal: Principal = De
     proposed = checks.policies({f: getattr(body, f) for f in fields}, found.version.policies, errors)
     if errors:
         raise invalid(errors)
-    threshold_us = _miss_threshold_us()
+    threshold_us = _miss_threshold_us(ctx)
     out: dict[str, Any] = {"stored": False, "trigger_id": found.trigger.id, "gap": None, "recorded": None,
                            "proposed": None, "replay_matches_record": None,
                            "miss_threshold": duration_s(threshold_us / _US)}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import resource
 from typing import Any
 
@@ -43,12 +42,15 @@ def max_connections(env: dict[str, str] | None = None) -> int:
     """The connection cap: ``FIRELEDGER_MAX_CONNECTIONS`` (an integer ≥ 1), else the smaller of
     1000 and a quarter of the soft open-file limit (at least 16). Raises ``ValueError`` naming the
     variable when it is set to anything else."""
-    source = os.environ if env is None else env
-    raw = source.get(MAX_CONNECTIONS_ENV, "").strip()
-    if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            raise ValueError(f"{MAX_CONNECTIONS_ENV}: must be a whole number ≥ 1, got {raw!r}")
-        return int(raw)
+    from fireledger.settings import parse_max_connections, process_env
+
+    return connection_cap(parse_max_connections(process_env() if env is None else env))
+
+
+def connection_cap(configured: int | None) -> int:
+    """``configured`` (``Settings.max_connections``), else the default from the open-file limit."""
+    if configured is not None:
+        return configured
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return 1000

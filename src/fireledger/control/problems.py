@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from fireledger.errors import FireledgerError
 from fireledger.registry.errors import Conflict, Invalid, LimitReached, NotFound, RegistryError
 
 PROBLEM_JSON = "application/problem+json"
@@ -43,7 +44,7 @@ def problem(status: int, detail: str, *, slug: str | None = None, title: str | N
     return ProblemResponse(body, status_code=status, headers=dict(headers) if headers else None)
 
 
-class ProblemError(Exception):
+class ProblemError(FireledgerError):
     """Raised by handlers to answer with a problem; turned into a response by the app."""
 
     def __init__(self, status: int, detail: str, *, slug: str | None = None, title: str | None = None,

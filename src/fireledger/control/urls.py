@@ -12,7 +12,6 @@ names are not resolved here: a name that resolves to a private address is the di
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from urllib.parse import urlsplit
 
@@ -22,7 +21,10 @@ MAX_URL_LEN = 2048
 
 
 def private_targets_allowed_by_env() -> bool:
-    return os.environ.get("FIRELEDGER_ALLOW_PRIVATE_TARGETS", "").strip() == "1"
+    """``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1`` (see :mod:`fireledger.settings`)."""
+    from fireledger.settings import parse_allow_private_targets, process_env
+
+    return parse_allow_private_targets(process_env())
 
 
 def _ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -243,11 +243,12 @@ class HttpSender:
     no per-origin cap); further requests wait for a free connection in arrival order, and that
     wait counts against their timeout. Idle keep-alive connections count against ``limit`` too
     (the oldest is closed to make room) and are closed after 15 s idle (``wire.KEEPALIVE_S``).
-    Every connection obeys the egress policy read from the environment when the
-    pool is created (:meth:`EgressPolicy.from_env`). ``ssl_context`` replaces the default
-    ``ssl.create_default_context()`` (certificate and host name verified, SNI sent); ``resolver``
-    replaces the system resolver under the egress guard (tests: a name this host cannot resolve). Call
-    :meth:`close` (or use ``async with``) when done; a closed sender refuses to send.
+    Every connection obeys the egress policy ``egress`` (the process passes the one its settings
+    describe; None: read from the environment when the pool is created, :meth:`EgressPolicy.from_env`).
+    ``ssl_context`` replaces the default ``ssl.create_default_context()`` (certificate and host name
+    verified, SNI sent); ``resolver`` replaces the system resolver under the egress guard (tests: a
+    name this host cannot resolve). Call :meth:`close` (or use ``async with``) when done; a closed
+    sender refuses to send.
     """
 
     def __init__(
@@ -260,6 +261,7 @@ class HttpSender:
         body_cap_bytes: int = BODY_CAP_BYTES,
         ssl_context: ssl.SSLContext | None = None,
         resolver: AbstractResolver | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be >= 1")
@@ -277,6 +279,7 @@ class HttpSender:
         self._body_cap = body_cap_bytes
         self._ssl_context = ssl_context
         self._resolver = resolver
+        self._egress = egress
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -296,7 +299,8 @@ class HttpSender:
             # Egress guard (invariant 12): no loopback/private/metadata address unless the operator
             # allows it; each connection goes to the addresses its one resolution returned.
             self._pool = Pool(loop, limit=self._limit, limit_per_host=self._limit_per_host,
-                              policy=EgressPolicy.from_env(), ssl_context=self._ssl_context,
+                              policy=self._egress if self._egress is not None else EgressPolicy.from_env(),
+                              ssl_context=self._ssl_context,
                               resolver=self._resolver)
             self._loop = loop
         elif self._loop is not loop:

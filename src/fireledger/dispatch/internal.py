@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fireledger.errors import FireledgerError
+
 from .http import HttpResult
 
 __all__ = [
@@ -69,7 +71,7 @@ PER_CALLABLE_THREADS = 8
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 
 
-class InternalFailure(Exception):
+class InternalFailure(FireledgerError):
     """Raise from an internal callable to end the fire ``failed`` (no retry)."""
 
 

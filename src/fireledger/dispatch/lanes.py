@@ -23,11 +23,15 @@ Configuration comes from the environment (``DispatchConfig.from_env``):
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from fireledger.domain.model import Lane
+from fireledger.errors import FireledgerError
+
+if TYPE_CHECKING:
+    from fireledger.settings import LaneOverride, Settings
 
 __all__ = ["LANES", "ConfigError", "DispatchConfig", "LaneConfig", "parse_lane"]
 
@@ -35,7 +39,7 @@ __all__ = ["LANES", "ConfigError", "DispatchConfig", "LaneConfig", "parse_lane"]
 LANES: tuple[str, ...] = (Lane.ON_TIME.value, Lane.CATCH_UP.value, Lane.BACKFILL.value)
 
 
-class ConfigError(ValueError):
+class ConfigError(FireledgerError, ValueError):
     """A dispatch setting is malformed; the message names the setting (one line, no traceback)."""
 
 
@@ -114,59 +118,49 @@ class DispatchConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DispatchConfig:
-        """Read the ``FIRELEDGER_*`` settings (see the module docstring); raises :class:`ConfigError`
-        naming the variable."""
-        env = os.environ if env is None else env
+        """Read the dispatch ``FIRELEDGER_*`` settings from ``env`` (the process environment when
+        None; see the module docstring); raises :class:`ConfigError` naming the variable."""
+        from fireledger.settings import (
+            parse_dispatch_concurrency,
+            parse_lanes,
+            parse_over_quota_share,
+            process_env,
+        )
+
+        source = process_env() if env is None else env
+        try:
+            return cls.from_values(parse_dispatch_concurrency(source), parse_over_quota_share(source),
+                                   parse_lanes(source))
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DispatchConfig:
+        """The configuration ``settings`` (read once by the entry point) describes."""
+        return cls.from_values(settings.dispatch_concurrency, settings.over_quota_share, settings.lanes)
+
+    @classmethod
+    def from_values(cls, concurrency: int | None, over_quota_share: float | None,
+                    lanes: Mapping[str, LaneOverride]) -> DispatchConfig:
+        """The defaults with the given overrides (``None``/absent: the default)."""
         base = cls()
-        lanes = dict(base.lanes)
-        for lane in LANES:
-            var = "FIRELEDGER_LANE_" + lane.upper().replace("-", "_")
-            text = env.get(var)
-            if text:
-                try:
-                    lanes[lane] = parse_lane(text, lanes[lane])
-                except ConfigError as exc:
-                    raise ConfigError(f"{var}: {exc}") from None
-        concurrency = base.concurrency
-        text = env.get("FIRELEDGER_DISPATCH_CONCURRENCY")
-        if text:
-            if not text.strip().isdigit() or int(text) < 1:
-                raise ConfigError("FIRELEDGER_DISPATCH_CONCURRENCY: must be an integer >= 1")
-            concurrency = int(text)
-        share = base.over_quota_share
-        text = env.get("FIRELEDGER_OVER_QUOTA_SHARE")
-        if text:
-            try:
-                share = float(text)
-            except ValueError:
-                share = -1.0
-            if not 0 <= share <= 1:
-                raise ConfigError("FIRELEDGER_OVER_QUOTA_SHARE: must be a number between 0 and 1")
-        return cls(concurrency=concurrency, lanes=lanes, over_quota_share=share)
+        merged = dict(base.lanes)
+        for lane, (rate_given, rate, lane_concurrency) in lanes.items():
+            old = merged[lane]
+            merged[lane] = LaneConfig(rate if rate_given else old.rate,
+                                      old.concurrency if lane_concurrency is None else lane_concurrency)
+        return cls(concurrency=base.concurrency if concurrency is None else concurrency, lanes=merged,
+                   over_quota_share=base.over_quota_share if over_quota_share is None else over_quota_share)
 
 
 def parse_lane(text: str, base: LaneConfig) -> LaneConfig:
     """``rate=<fires/s|inf>,concurrency=<n>`` (either part optional) over ``base``."""
-    rate, concurrency = base.rate, base.concurrency
-    for part in text.split(","):
-        name, sep, value = part.strip().partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not value:
-            raise ConfigError(f"{part.strip()!r} is not name=value (rate=…, concurrency=…)")
-        if name == "rate":
-            if value.lower() in ("inf", "unlimited"):
-                rate = None
-                continue
-            try:
-                rate = float(value)
-            except ValueError:
-                raise ConfigError(f"rate: {value!r} is not a number of fires per second") from None
-            if not math.isfinite(rate) or rate <= 0:
-                raise ConfigError("rate: must be > 0 (or inf)")
-        elif name == "concurrency":
-            if not value.isdigit() or int(value) < 1:
-                raise ConfigError("concurrency: must be an integer >= 1")
-            concurrency = int(value)
-        else:
-            raise ConfigError(f"{name!r} is not a lane setting (rate, concurrency)")
-    return LaneConfig(rate, concurrency)
+    from fireledger.settings import parse_lane_text
+
+    try:
+        rate_given, rate, concurrency = parse_lane_text(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return LaneConfig(rate if rate_given else base.rate, base.concurrency if concurrency is None else concurrency)

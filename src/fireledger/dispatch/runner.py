@@ -23,7 +23,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,9 @@ from fireledger.domain.model import DispatchJob, Fire, Lane
 from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
+from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
+from fireledger.settings import Settings
 from fireledger.store import Settlement, SqlStore
 from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, RankCache, ShapedDecision
 
@@ -175,7 +176,7 @@ class Dispatcher:
                  lanes: tuple[str, ...] = LANES, concurrency: int | None = None, batch: int | None = None,
                  idle_s: float = 0.5, sender: HttpSender | None = None, keys: KeyRingFile | None = None,
                  issuer: str = "http://127.0.0.1:8080", config: DispatchConfig | None = None,
-                 internal: InternalRegistry | None = None) -> None:
+                 internal: InternalRegistry | None = None, egress: EgressPolicy | None = None) -> None:
         cfg = config or DispatchConfig()
         if concurrency is not None:
             cfg = replace(cfg, concurrency=concurrency)
@@ -196,6 +197,7 @@ class Dispatcher:
         self.keys = keys
         self.issuer = issuer
         self.internal = internal if internal is not None else REGISTRY
+        self.egress = egress   # the sender's egress policy (None: from the environment, see HttpSender)
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._results: list[Settlement] = []
@@ -217,10 +219,16 @@ class Dispatcher:
 
     @classmethod
     def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
-        """A dispatcher configured from ``FIRELEDGER_*`` (see :mod:`fireledger.dispatch.lanes`), after
-        importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
-        load_modules(os.environ.get("FIRELEDGER_INTERNAL_MODULES"))
-        return cls(store, clock, node_id, config=DispatchConfig.from_env(), **kw)
+        """:meth:`from_settings` with the settings read from the environment now."""
+        return cls.from_settings(store, clock, node_id, Settings.from_env(), **kw)
+
+    @classmethod
+    def from_settings(cls, store: SqlStore, clock: Clock, node_id: str, settings: Settings, **kw: Any) -> Dispatcher:
+        """A dispatcher configured by ``settings`` (lanes, concurrency: :mod:`fireledger.dispatch.lanes`),
+        after importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
+        load_modules(settings.internal_modules)
+        kw.setdefault("egress", EgressPolicy(allow_private=settings.allow_private_targets))
+        return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
 
     def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
         """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until
@@ -520,7 +528,8 @@ class Dispatcher:
         self._flush_event = asyncio.Event()
         own_sender = self.sender is None
         if self.sender is None:
-            self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64))
+            self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64),
+                                     egress=self.egress)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-store")
         flusher = asyncio.create_task(self._flusher(loop, executor))
         tasks = self._tasks

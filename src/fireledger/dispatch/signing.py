@@ -26,6 +26,8 @@ import hmac
 import secrets as _secrets
 from collections.abc import Iterable, Mapping
 
+from fireledger.errors import FireledgerError
+
 __all__ = [
     "DEFAULT_TOLERANCE_S",
     "HEADER_ID",
@@ -49,7 +51,7 @@ _VERSION = "v1"
 _MAX_SIGNATURE_ENTRIES = 32
 
 
-class SignatureError(Exception):
+class SignatureError(FireledgerError):
     """A message failed verification; ``reason`` is a short, secret-free explanation."""
 
     def __init__(self, reason: str) -> None:

@@ -40,6 +40,7 @@ import httptools
 import yarl
 from aiohttp.abc import AbstractResolver
 
+from fireledger.errors import FireledgerError
 from fireledger.security.egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_socket_factory
 
 __all__ = [
@@ -72,7 +73,7 @@ Origin = tuple[str, str, int]   # (scheme, host, port)
 ErrorKind = Literal["timeout", "connect", "closed", "protocol"]
 
 
-class ExchangeError(Exception):
+class ExchangeError(FireledgerError):
     """The exchange did not produce a response head. ``sent``: the request bytes were handed to an
     open connection. ``kind``: ``timeout`` (the deadline passed), ``connect`` (DNS, TCP or TLS),
     ``closed`` (the peer or the sender closed the connection), ``protocol`` (not HTTP/1.x)."""

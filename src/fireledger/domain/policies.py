@@ -200,7 +200,7 @@ MAX_MISS_THRESHOLD_US = 24 * 3600 * 1_000_000
 def miss_threshold_from(env: Mapping[str, str]) -> int:
     """The miss threshold in µs from ``env`` (``FIRELEDGER_MISS_THRESHOLD_S``, default 60 s).
 
-    Pure: the caller passes ``os.environ``. Raises ``ValueError`` naming the variable when it is not
+    Pure: the caller passes the environment mapping. Raises ``ValueError`` naming the variable when it is not
     a number of seconds in (0, 86400].
     """
     raw = env.get(MISS_THRESHOLD_ENV, "").strip()

@@ -6,8 +6,10 @@ Every error names the field it is about and the problem, so that an API or CLI c
 
 from __future__ import annotations
 
+from fireledger.errors import FireledgerError
 
-class RecurrenceError(ValueError):
+
+class RecurrenceError(FireledgerError, ValueError):
     """A definition that cannot be compiled: bad expression, zone, duration or instant."""
 
     def __init__(self, field: str, problem: str) -> None:

@@ -7,8 +7,10 @@ naming the flag. Messages name fields and states, never payload content.
 
 from __future__ import annotations
 
+from fireledger.errors import FireledgerError
 
-class RegistryError(Exception):
+
+class RegistryError(FireledgerError):
     """Root of the registry's refusals: the act was not performed and nothing was stored."""
 
 

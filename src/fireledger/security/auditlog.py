@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from fireledger.errors import FireledgerError
 from fireledger.store.trust import GENESIS_HASH, SEAL_ACTION, AuditEntry, chain_hash, chain_mac
 
 PAGE = 1000
@@ -159,7 +160,7 @@ def verify_chain(store: Any, key: bytes | None = None) -> ChainReport:
     return ChainReport(True, n, head_seq, head_hash, sealed_rows=sealed)
 
 
-class AnchorError(ValueError):
+class AnchorError(FireledgerError, ValueError):
     """An anchor file that cannot be read as JSON lines with ``seq`` and ``hash`` (names the line)."""
 
 

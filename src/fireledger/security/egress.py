@@ -33,13 +33,14 @@ followed by the callers (``allow_redirects=False``), and no proxy from the envir
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+
+from fireledger.errors import FireledgerError
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -58,13 +59,15 @@ METADATA_ADDRESSES: frozenset[IP] = frozenset(ipaddress.ip_address(a) for a in (
 _ALWAYS = "(always refused, even where private targets are allowed)"
 
 
-class EgressRefused(ValueError):
+class EgressRefused(FireledgerError, ValueError):
     """An outbound connection the egress policy refuses; the message names host, address and why."""
 
 
 def private_allowed_by_env() -> bool:
     """``FIRELEDGER_ALLOW_PRIVATE_TARGETS=1``: the operator allows loopback and private targets."""
-    return os.environ.get("FIRELEDGER_ALLOW_PRIVATE_TARGETS", "").strip() == "1"
+    from fireledger.settings import parse_allow_private_targets, process_env
+
+    return parse_allow_private_targets(process_env())
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")            # RFC 6052 well-known prefix

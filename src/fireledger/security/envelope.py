@@ -46,6 +46,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from fireledger.errors import FireledgerError
 from fireledger.store.engine import StoreError
 
 log = logging.getLogger("fireledger.security")
@@ -63,7 +64,7 @@ class KekError(StoreError):
     :class:`~fireledger.store.StoreError`: commands print it as one line and exit 2)."""
 
 
-class PayloadUnreadable(ValueError):
+class PayloadUnreadable(FireledgerError, ValueError):
     """A payload cannot be opened (tenant deleted, wrong binding, tampered). Never carries content."""
 
 
@@ -85,9 +86,10 @@ def _decode_key(text: str, where: str) -> bytes:
 
 def kek_file_path(store: Any = None) -> Path:
     """Where the KEK file is: ``FIRELEDGER_KEK_FILE``, else ``kek.key`` in the state directory."""
+    from fireledger.settings import process_env
     from fireledger.statedir import state_dir
 
-    explicit = os.environ.get(KEK_FILE_ENV)
+    explicit = process_env().get(KEK_FILE_ENV)
     if explicit:
         return Path(explicit)
     return state_dir() / "kek.key"
@@ -118,9 +120,10 @@ def load_kek(store: Any = None) -> bytes:
     """The deployment's KEK (see the module docstring). Never creates one: a missing file, a file
     group or others may access, or a malformed key raises :class:`KekError` naming the file and the
     fix (``fireledger init``, ``chmod 600 <file>``)."""
+    from fireledger.settings import process_env
     from fireledger.statedir import private_file_problem
 
-    env = os.environ.get(KEK_ENV)
+    env = process_env().get(KEK_ENV)
     if env:
         return _decode_key(env, KEK_ENV)
     path = kek_file_path(store)

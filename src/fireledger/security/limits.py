@@ -10,8 +10,9 @@ limit by at most their number.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from fireledger.settings import parse_per_tenant_limit, process_env
 
 MAX_NAME_CHARS = 200
 MAX_SCHEDULE_STRING = 256
@@ -22,8 +23,12 @@ MAX_PAYLOAD_KEYS = 10_000
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+    """The limit from the environment; lenient (a malformed value is the default), as it always was:
+    ``fireledger serve``/``control`` refuse a malformed one at start-up (:mod:`fireledger.settings`)."""
+    try:
+        return parse_per_tenant_limit(process_env(), name, default)
+    except ValueError:
+        return default
 
 
 def max_triggers_per_tenant() -> int:

@@ -19,7 +19,6 @@ used the store + ``max_idle``. A connection left inside a transaction or broken 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import weakref
@@ -30,10 +29,12 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlparse
 
+from fireledger.errors import FireledgerError
+
 from . import queries
 
 
-class StoreError(RuntimeError):
+class StoreError(FireledgerError, RuntimeError):
     """A store-level failure with a message an operator can act on."""
 
 
@@ -175,16 +176,12 @@ def _pg_reusable(conn: Any) -> bool:
 
 def _env_number(name: str, default: float, *, minimum: float, whole: bool = False) -> float:
     """A numeric setting from the environment; ``StoreError`` naming the variable when bad."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
+    from fireledger.settings import parse_store_number, process_env
+
     try:
-        value = int(raw) if whole else float(raw)
-    except ValueError:
-        raise StoreError(f"{name}: {raw!r} is not a {'whole ' if whole else ''}number") from None
-    if value < minimum:
-        raise StoreError(f"{name}: must be at least {minimum:g}, got {raw}")
-    return value
+        return parse_store_number(process_env(), name, default, minimum=minimum, whole=whole)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
 
 
 class Engine(ABC):

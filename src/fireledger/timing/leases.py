@@ -33,59 +33,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from fireledger.clock import Clock
 from fireledger.observe.metrics import METRICS
+from fireledger.settings import LeaseSettings  # the lease timing, read with every other setting
 from fireledger.store import SqlStore
 from fireledger.store.leases import Grant, Lease, NodeSession
 
 log = logging.getLogger("fireledger.timing.leases")
 
 S = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseSettings:
-    """Lease timing. Every field can be set from the environment: ``FIRELEDGER_<FIELD>`` upper-cased
-    (e.g. ``FIRELEDGER_SESSION_TTL_S=3``)."""
-
-    lease_ttl_s: float = 15.0        # a lease row's expiry after each renewal
-    session_ttl_s: float = 3.0       # a node is dead this long after its last heartbeat
-    cycle_s: float = 0.5             # heartbeat / renewal / balancing period
-    guard_s: float = 0.5             # stop claiming this long (plus 2ε) before any expiry
-    rotate_after_s: float = 300.0    # routine reassignment: a lease moves after 1-1.5× this
-    rotate_batch: int = 2            # routine releases per cycle at most
-    orphan_grace_s: float = 2.0      # a free partition offered to someone else is anyone's after this
-    rejoin_after_s: float = 3.0      # a shedding node rejoins after this long with a healthy clock
-    prune_after_s: float = 3600.0    # forget sessions silent for this long
-    eps_ceiling_us: int = 100_000    # shed above this ε (invariant 4)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LeaseSettings:
-        """Settings with ``FIRELEDGER_<FIELD>`` overrides; a bad value raises ``ValueError`` naming it."""
-        env = os.environ if env is None else env
-        values: dict[str, float | int] = {}
-        for f in fields(cls):
-            name = f"FIRELEDGER_{f.name.upper()}"
-            raw = env.get(name)
-            if raw is None or raw == "":
-                continue
-            try:
-                v: float | int = int(raw) if f.type == "int" else float(raw)
-            except ValueError:
-                raise ValueError(f"{name}: {raw!r} is not a number") from None
-            if v <= 0 and f.name != "rotate_after_s":
-                raise ValueError(f"{name}: must be positive, got {raw}")
-            values[f.name] = v
-        s = cls(**values)  # type: ignore[arg-type]
-        if s.guard_s + s.cycle_s >= s.session_ttl_s:
-            raise ValueError("FIRELEDGER_SESSION_TTL_S: must exceed FIRELEDGER_CYCLE_S + FIRELEDGER_GUARD_S "
-                             f"({s.cycle_s} + {s.guard_s}), or a node could never claim")
-        return s
 
 
 @dataclass(frozen=True, slots=True)

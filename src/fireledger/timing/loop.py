@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -59,6 +58,7 @@ from fireledger.domain.overlap import HeldRef, PreviousFire, Verdict, apply_over
 from fireledger.domain.policies import PlanContext, miss_threshold_from, plan_due
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instant
+from fireledger.settings import process_env
 from fireledger.store import SqlStore, StoreError
 from fireledger.store.overlap import FireFacts, HeldRow
 
@@ -148,7 +148,7 @@ class TimingLoop:
         self.leases = leases
         self.before_apply = before_apply
         # Lateness beyond which an instant is missed (FIRELEDGER_MISS_THRESHOLD_S, default 60 s: 0064).
-        self.miss_threshold_us = miss_threshold_from(os.environ) if miss_threshold_us is None else miss_threshold_us
+        self.miss_threshold_us = miss_threshold_from(process_env()) if miss_threshold_us is None else miss_threshold_us
         self.clock = clock
         self.node_id = node_id
         self.batch = batch

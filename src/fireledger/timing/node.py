@@ -28,13 +28,13 @@ Prometheus text format at ``http://HOST:PORT/metrics`` — also while the node s
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fireledger.clock import Clock
 from fireledger.domain.model import NewFire
+from fireledger.settings import Settings
 from fireledger.store import SqlStore, StoreError
 
 from .clockguard import StepGuardClock
@@ -163,30 +163,6 @@ class UnleasedSession:
                 log.warning("node %s: could not mark the session stopped: %s", self.node_id, exc)
 
 
-def _flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if raw in ("", "auto"):
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name}: {raw!r} is not one of 1, 0, auto")
-
-
-def _seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}: {raw!r} is not a number of seconds") from None
-    if v <= 0:
-        raise ValueError(f"{name}: must be positive, got {raw}")
-    return v
-
-
 class TimingNode:
     """The timing plane of one process (see the module docstring)."""
 
@@ -207,32 +183,38 @@ class TimingNode:
     def build(cls, store: SqlStore, clock: Clock, node_id: str, *,
               on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
               lease_settings: LeaseSettings | None = None, shadow_settings: ShadowSettings | None = None,
-              leases: bool | None = None, shadow: bool | None = None, listen: bool | None = None) -> TimingNode:
-        """Assemble a node; ``None`` flags follow the engine and the environment (module docstring).
-        Bad settings in the environment raise ``ValueError`` naming the variable."""
+              leases: bool | None = None, shadow: bool | None = None, listen: bool | None = None,
+              settings: Settings | None = None) -> TimingNode:
+        """Assemble a node; ``None`` flags follow the engine and ``settings`` (module docstring).
+        Without ``settings`` they are read from the environment here; bad settings raise
+        ``ValueError`` naming the variable."""
+        if settings is None:
+            settings = Settings.from_env()
         pg = store.engine_name == "postgres"
-        use_leases = _flag("FIRELEDGER_TIMING_LEASES", pg) if leases is None else leases
-        use_shadow = _flag("FIRELEDGER_SHADOW", True) if shadow is None else shadow
+        if leases is None:
+            leases = pg if settings.timing_leases is None else settings.timing_leases
+        use_leases = leases
+        use_shadow = (settings.shadow is not False) if shadow is None else shadow
         use_listen = pg if listen is None else (listen and pg)
         guarded = StepGuardClock(clock)
-        settings = lease_settings or LeaseSettings.from_env()
-        manager = LeaseManager(store, guarded, node_id, settings) if use_leases else None
+        lease_cfg = lease_settings or settings.leases
+        manager = LeaseManager(store, guarded, node_id, lease_cfg) if use_leases else None
         loop = TimingLoop(store, guarded, node_id, on_committed=on_committed, leases=manager,
-                          eps_ceiling_us=settings.eps_ceiling_us)
+                          eps_ceiling_us=lease_cfg.eps_ceiling_us, miss_threshold_us=settings.miss_threshold_us)
         if manager is not None:
             manager.on_change = loop.wake_threadsafe
         rebuilder = None
         if use_shadow:
-            st = shadow_settings or ShadowSettings(_seconds("FIRELEDGER_SHADOW_INTERVAL_S", 1.0))
+            st = shadow_settings or ShadowSettings(settings.shadow_interval_s)
             rebuilder = ShadowRebuilder(store, guarded, node_id, st)
         listener = None
         if use_listen:
             listener = DefinitionListener(getattr(store.engine, "url", ""), loop.wake_threadsafe)
         store.ensure_partitions()
         session = None if manager is not None else UnleasedSession(store, guarded, node_id,
-                                                                   eps_ceiling_us=settings.eps_ceiling_us)
+                                                                   eps_ceiling_us=lease_cfg.eps_ceiling_us)
         node = cls(store, loop, leases=manager, shadow=rebuilder, listener=listener, session=session)
-        node.serve_metrics()
+        node.serve_metrics(settings.metrics_listen)
         return node
 
     @property
@@ -251,14 +233,13 @@ class TimingNode:
         t.start()
         self._threads.append(t)
 
-    def serve_metrics(self) -> tuple[str, int] | None:
-        """Serve this process's metrics when ``FIRELEDGER_METRICS_LISTEN`` is set; returns the address."""
-        listen = os.environ.get("FIRELEDGER_METRICS_LISTEN", "").strip()
-        if not listen:
+    def serve_metrics(self, address: tuple[str, int] | None = None) -> tuple[str, int] | None:
+        """Serve this process's metrics at ``address`` (``Settings.metrics_listen``, from
+        ``FIRELEDGER_METRICS_LISTEN``); None: not served. Returns the address."""
+        if address is None:
             return None
-        host, sep, port = listen.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise ValueError(f"FIRELEDGER_METRICS_LISTEN: {listen!r} is not HOST:PORT")
+        host, port = address
+        listen = f"{host}:{port}"
         from prometheus_client import start_http_server
 
         from fireledger.observe.metrics import METRICS

@@ -32,11 +32,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.parse import parse_qs, urlencode
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
@@ -46,6 +45,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
+from fireledger.errors import FireledgerError
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, preview
 
 from ..auth import hash_token
@@ -89,7 +89,7 @@ _env = Environment(loader=PackageLoader("fireledger.control.console", "templates
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-class _SignIn(Exception):
+class _SignIn(FireledgerError):
     """Raised by a page when there is no valid session: answered with a redirect to the login."""
 
 
@@ -152,14 +152,9 @@ def _csrf(request: Request) -> str:
 def public_url_from_env(env: dict[str, str] | None = None) -> str | None:
     """``FIRELEDGER_PUBLIC_URL`` (the console's address as browsers see it), checked: ``http`` or
     ``https`` with a host. Raises ``ValueError`` naming the variable; unset or empty is ``None``."""
-    raw = ((env if env is not None else os.environ).get(PUBLIC_URL_ENV) or "").strip()
-    if not raw:
-        return None
-    parsed = urlparse(raw)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(f"{PUBLIC_URL_ENV}: {raw!r} is not an http:// or https:// URL with a host "
-                         "(e.g. https://fireledger.example.com)")
-    return raw
+    from fireledger.settings import parse_public_url, process_env
+
+    return parse_public_url(process_env() if env is None else env)
 
 
 def cookie_secure(request: Request) -> bool:
