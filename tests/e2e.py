@@ -131,7 +131,9 @@ class Service:
             try:
                 wait_until(self._healthy, timeout_s, f"{self.command} to answer /healthz")
             except TimeoutError as exc:   # say what the process was doing (its log), not only that it was slow
-                raise TimeoutError(f"{exc}; its log ends: {self.log_text()[-2000:]}") from None
+                tail = self.log_text()[-2000:]
+                self.kill9()   # the caller never gets a Service to stop: leave no process behind
+                raise TimeoutError(f"{exc}; its log ends: {tail}") from None
         return self
 
     def _healthy(self) -> bool:

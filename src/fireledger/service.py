@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+import subprocess
 from collections.abc import Iterator, Sequence
 
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
@@ -76,19 +77,29 @@ async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: 
     import sys
 
     cmd = [sys.executable, "-c", "from fireledger.cli import main; main()", "dispatch", "--db", db]
-    children: list[asyncio.subprocess.Process] = []
+    children: list[subprocess.Popen[bytes]] = []
 
     async def keep(slot: int) -> None:
         while not stop.is_set():
-            proc = await asyncio.create_subprocess_exec(*cmd)
+            # subprocess.Popen (vfork + exec, nothing but async-signal-safe calls in the child), not the
+            # event loop's spawn: uvloop's forked child can block before exec on a lock another thread
+            # of this busy process held at the fork, and its parent then waits in spawn with the event
+            # loop stopped — no /healthz, no SIGTERM handled (seen: child on a futex, serve hung).
+            proc = subprocess.Popen(cmd, close_fds=True)
             children.append(proc)
             log.info("extra dispatch process %d started (pid %d)", slot, proc.pid)
-            code = await proc.wait()
-            children.remove(proc)
-            if not stop.is_set():
-                log.error("extra dispatch process %d exited with %s; starting it again in 1 s", slot, code)
+            while proc.poll() is None and not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
+                    await asyncio.wait_for(stop.wait(), 0.5)
+            if stop.is_set():
+                while proc.poll() is None:   # the supervisor has sent SIGTERM (and SIGKILL after grace_s)
+                    await asyncio.sleep(0.05)
+                children.remove(proc)
+                return
+            children.remove(proc)
+            log.error("extra dispatch process %d exited with %s; starting it again in 1 s", slot, proc.returncode)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
 
     keepers = [asyncio.create_task(keep(i + 1)) for i in range(n)]
     await stop.wait()
@@ -101,7 +112,6 @@ async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: 
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         await asyncio.wait(late, timeout=1.0)
-
 
 def node_id(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
