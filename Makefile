@@ -30,7 +30,7 @@ test: $(STAMP)
 	./scripts/ensure-faketime.sh >/dev/null
 	$(BIN)/ruff check src tests bench falsify
 	$(BIN)/lint-imports
-	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
+	$(BIN)/mypy src/fireledger
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)
@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy src/fireledger/recurrence src/fireledger/domain
+	$(BIN)/mypy src/fireledger
 
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH4 := .venv-bench4

@@ -173,7 +173,10 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
     # Bounded stop (invariant 17): SIGTERM/SIGINT start a drain with a deadline and arm a watchdog
     # that ends the process at FIRELEDGER_STOP_TIMEOUT_S whatever is still running.
     stop_s = settings.stop_timeout_s
-    guard = StopGuard(stop_s, lambda: loop.call_soon_threadsafe(stop.set))
+    def signal_stop() -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    guard = StopGuard(stop_s, signal_stop)
     guard.install()
     tasks: list[asyncio.Task[None]] = []
     dispatcher = None

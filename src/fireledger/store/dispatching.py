@@ -441,9 +441,8 @@ class DispatchingMixin:
                               lease_margin_us: int, pre: dict[str, list[Fire]] | None,
                               cache: RankCache | None) -> ClaimResult:
         q = self.q
-        ranked_first = pre is not None
         with self.engine.write() as c:
-            if ranked_first:
+            if pre is not None:
                 keys_json = json.dumps([[f.tenant_id, f.trigger_id, f.scheduled_us, f.seq]
                                         for fs in pre.values() for f in fs])
                 fresh = {(r[0], r[1], r[2], r[3]): Fire(*r) for r in c.execute(
@@ -615,7 +614,7 @@ class DispatchingMixin:
             "attempt": it.job.attempt}).rowcount
         if n > 1:
             raise StoreError(f"settle_fire matched {n} rows")
-        ok = n == 1
+        ok = bool(n == 1)
         if ok and it.state == "delivered" and it.job.target.kind == "queue":
             c.execute(q["dp_enqueue"], {**key, "target_id": it.job.target.id, "now_us": now_us})
         return ok

@@ -139,7 +139,7 @@ class SqlStore(HistoryMixin, TrustMixin, DispatchingMixin, LeasesMixin, Backfill
 
     @property
     def engine_name(self) -> str:
-        return self.engine.name
+        return str(self.engine.name)
 
     def close(self) -> None:
         self.engine.close()
