@@ -44,17 +44,9 @@ def _is_duplicate(exc: BaseException) -> bool:
 
 
 def _is_db_error(exc: BaseException) -> bool:
-    import sqlite3
+    from fireledger.store import is_database_error
 
-    from fireledger.store import StoreError
-
-    if isinstance(exc, StoreError | sqlite3.Error):
-        return True
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, psycopg.Error)
+    return is_database_error(exc)
 
 
 def open_store(url: str, *, migrate: bool | None = None) -> SqlStore:

@@ -42,6 +42,18 @@ class SchemaError(StoreError):
     """The database schema is older (or newer) than this program's."""
 
 
+def is_database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the store itself — a :class:`StoreError` or an error of either
+    engine's driver — rather than of the data a caller handed it."""
+    if isinstance(exc, StoreError | sqlite3.Error):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
 def migration_files(engine: str) -> list[tuple[int, str]]:
     """(version, sql) of every migration for ``engine``, in order."""
     root = resources.files("fireledger.store").joinpath("sql", engine)

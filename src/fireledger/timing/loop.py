@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,7 +58,7 @@ from fireledger.domain.policies import PlanContext, miss_threshold_from, plan_du
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instant
 from fireledger.settings import process_env
-from fireledger.store import SqlStore, StoreError
+from fireledger.store import SqlStore, is_database_error
 from fireledger.store.overlap import FireFacts, HeldRow
 
 from .leases import LeaseManager, Ownership
@@ -99,13 +98,7 @@ class RowFailure:
 
 def is_store_failure(exc: BaseException) -> bool:
     """A failure of the store itself (not of one row's data): the cycle is aborted and retried."""
-    if isinstance(exc, StoreError | sqlite3.Error):
-        return True
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, psycopg.Error)
+    return is_database_error(exc)
 
 
 def failure_cause(exc: BaseException) -> str:
