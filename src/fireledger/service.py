@@ -14,6 +14,8 @@ import secrets
 import socket
 import subprocess
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
@@ -26,6 +28,13 @@ from fireledger.settings import Settings, parse_dispatch_processes, parse_truste
 from fireledger.stopping import StopGuard
 from fireledger.store import SqlStore
 from fireledger.store.engine import SqliteEngine
+
+if TYPE_CHECKING:   # imported where they run (startup time); named here for the annotations
+    import uvicorn
+    from fastapi import FastAPI
+
+    from fireledger.dispatch.runner import Dispatcher
+    from fireledger.timing import TimingNode
 
 log = logging.getLogger("fireledger.service")
 
@@ -149,16 +158,23 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
-               keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None,
-               settings: Settings | None = None) -> None:
-    import uvloop  # noqa: F401  (the policy is installed by the caller)
+@dataclass
+class _Planes:
+    """The planes one process started: their tasks and handles, for the bounded stop."""
 
-    from fireledger.timing import TimingNode
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    dispatcher: Dispatcher | None = None
+    timing: TimingNode | None = None
+    server: uvicorn.Server | None = None
+    app: FastAPI | None = None
+
+
+def _process_clock(store: SqlStore, settings: Settings) -> Clock:
+    """The clock every plane of this process reads: the system clock (the declared bound ε when the
+    kernel gives none, said once in a warning), cross-checked against the PostgreSQL server's clock on
+    one dedicated connection when the store is PostgreSQL."""
     from fireledger.timing.node import ServerClockProbe
 
-    if settings is None:
-        settings = Settings.from_env()
     system = SystemClock(settings.declared_eps_us)
     clock: Clock = system
     if store.engine_name == "postgres":
@@ -168,6 +184,87 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
         log.warning(
             "the kernel reports its clock unsynchronised; using the declared bound ε = %.1f ms "
             "(FIRELEDGER_DECLARED_EPS_MS). Every fire records this source.", iv.eps_us / 1000)
+    return clock
+
+
+def _start_planes(store: SqlStore, clock: Clock, roles: Sequence[str], listen: str | None,
+                  keys: KeyRingFile | None, listen_socket: socket.socket | None, settings: Settings) -> _Planes:
+    """Start the dispatch, timing and control planes named in ``roles`` as tasks of the running loop,
+    in that order: a timing commit wakes this process's dispatcher, a definition change wakes its
+    timing loop (each only when that plane runs here)."""
+    from fireledger.timing import TimingNode
+
+    loop = asyncio.get_running_loop()
+    planes = _Planes()
+    issuer = settings.issuer or f"http://{listen or '127.0.0.1:8080'}"
+    if "dispatch" in roles:
+        from fireledger.dispatch.runner import Dispatcher  # imported only where it runs (startup time)
+
+        planes.dispatcher = Dispatcher.from_settings(store, clock, node_id("dispatch"), settings, keys=keys,
+                                                     issuer=issuer)
+        planes.tasks.append(asyncio.create_task(planes.dispatcher.run(), name="dispatch"))
+    if "timing" in roles:
+        def committed(_fires: Sequence[NewFire]) -> None:
+            if planes.dispatcher is not None:
+                planes.dispatcher.wake_threadsafe(loop)
+        # Partition leases, shadow rebuilder and definition notifications on PostgreSQL (timing/node.py).
+        planes.timing = TimingNode.build(store, clock, node_id("timing"), on_committed=committed, settings=settings)
+        planes.tasks.append(asyncio.create_task(planes.timing.run(), name="timing"))
+    if "control" in roles:
+        _start_control(planes, store, clock, listen, keys, listen_socket, settings)
+    return planes
+
+
+def _start_control(planes: _Planes, store: SqlStore, clock: Clock, listen: str | None, keys: KeyRingFile | None,
+                   listen_socket: socket.socket | None, settings: Settings) -> None:
+    """Serve the API with uvicorn (bounded heads, head time and connections: decision 0092; forwarded
+    headers trusted from the trusted proxies only: 0084) on ``listen_socket`` when given, else on
+    ``listen``; sets ``planes.server``, ``planes.app`` and adds the "control" task. The StopGuard,
+    not uvicorn, owns SIGTERM/SIGINT."""
+    import uvicorn
+
+    from fireledger.control.app import create_app
+    from fireledger.control.httpproto import BoundedHttpToolsProtocol
+
+    loop = asyncio.get_running_loop()
+
+    def changed() -> None:
+        if planes.timing is not None:
+            loop.call_soon_threadsafe(planes.timing.wake)
+    class _Server(uvicorn.Server):
+        """uvicorn without its own signal handlers: the StopGuard owns SIGTERM/SIGINT and sets
+        ``should_exit`` (uvicorn's handlers would replace the guard's while it serves)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    planes.app = create_app(store, clock, on_definition_change=changed, keys=keys, settings=settings)
+    host, port = parse_listen(listen or "127.0.0.1:8080")
+    trusted = list(settings.trusted_proxies)   # X-Forwarded-Proto/-For trusted from these only (0084)
+    # Bounded heads, head time and connections (decision 0092); bodies: control/bodylimit.py.
+    planes.server = _Server(uvicorn.Config(
+        planes.app, host=host, port=port, log_level="warning", http=BoundedHttpToolsProtocol, access_log=False,
+        lifespan="off", proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None,
+        timeout_graceful_shutdown=max(1, int(settings.stop_timeout_s * 0.4))))
+    sockets = [listen_socket] if listen_socket is not None else None
+    planes.tasks.append(asyncio.create_task(planes.server.serve(sockets=sockets), name="control"))
+    log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
+             host, port, TZDATA_VERSION, store.engine_name)
+
+
+async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
+               keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None,
+               settings: Settings | None = None) -> None:
+    """Run ``roles`` in this event loop until a signal or until one plane ends, then stop them all
+    within ``settings.stop_timeout_s`` (invariant 17). The control role also runs the tenant purge
+    and history retention jobs and, with ``db`` and more than one role, supervises the extra dispatch
+    processes (``FIRELEDGER_DISPATCH_PROCESSES``)."""
+    import uvloop  # noqa: F401  (the policy is installed by the caller)
+
+    if settings is None:
+        settings = Settings.from_env()
+    clock = _process_clock(store, settings)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     # Bounded stop (invariant 17): SIGTERM/SIGINT start a drain with a deadline and arm a watchdog
@@ -178,98 +275,59 @@ async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: st
 
     guard = StopGuard(stop_s, signal_stop)
     guard.install()
-    tasks: list[asyncio.Task[None]] = []
-    dispatcher = None
-    timing = None
     if keys is None and {"control", "dispatch"} & set(roles):
         keys = open_keyring(store, settings)
-    issuer = settings.issuer or f"http://{listen or '127.0.0.1:8080'}"
-    if "dispatch" in roles:
-        from fireledger.dispatch.runner import Dispatcher  # imported only where it runs (startup time)
-
-        dispatcher = Dispatcher.from_settings(store, clock, node_id("dispatch"), settings, keys=keys, issuer=issuer)
-        tasks.append(asyncio.create_task(dispatcher.run(), name="dispatch"))
-    if "timing" in roles:
-        def committed(_fires: Sequence[NewFire]) -> None:
-            if dispatcher is not None:
-                dispatcher.wake_threadsafe(loop)
-        # Partition leases, shadow rebuilder and definition notifications on PostgreSQL (timing/node.py).
-        timing = TimingNode.build(store, clock, node_id("timing"), on_committed=committed, settings=settings)
-        tasks.append(asyncio.create_task(timing.run(), name="timing"))
-    server = None
+    planes = _start_planes(store, clock, roles, listen, keys, listen_socket, settings)
+    jobs: list[asyncio.Task[None]] = []
     if "control" in roles:
-        import uvicorn
-
-        from fireledger.control.app import create_app
-        from fireledger.control.httpproto import BoundedHttpToolsProtocol
-
-        def changed() -> None:
-            if timing is not None:
-                loop.call_soon_threadsafe(timing.wake)
-        class _Server(uvicorn.Server):
-            """uvicorn without its own signal handlers: the StopGuard owns SIGTERM/SIGINT and sets
-            ``should_exit`` (uvicorn's handlers would replace the guard's while it serves)."""
-
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
-
-        app = create_app(store, clock, on_definition_change=changed, keys=keys, settings=settings)
-        host, port = parse_listen(listen or "127.0.0.1:8080")
-        trusted = list(settings.trusted_proxies)   # X-Forwarded-Proto/-For trusted from these only (0084)
-        # Bounded heads, head time and connections (decision 0092); bodies: control/bodylimit.py.
-        server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", http=BoundedHttpToolsProtocol,
-                                        access_log=False, lifespan="off", proxy_headers=bool(trusted),
-                                        forwarded_allow_ips=trusted or None,
-                                        timeout_graceful_shutdown=max(1, int(stop_s * 0.4))))
-        sockets = [listen_socket] if listen_socket is not None else None
-        tasks.append(asyncio.create_task(server.serve(sockets=sockets), name="control"))
-        log.info("control plane listening on http://%s:%d (tzdata %s, store %s)",
-                 host, port, TZDATA_VERSION, store.engine_name)
-
-    # Deleted tenants are purged (definitions, payloads, history) by the control plane's job.
-    purge = asyncio.create_task(purge_loop(store), name="purge") if "control" in roles else None
-    # History past the retention window is archived and purged by the control plane's job.
-    retention = (asyncio.create_task(retention_loop(store, clock, settings=settings), name="retention")
-                 if "control" in roles else None)
+        # Deleted tenants are purged (definitions, payloads, history) by the control plane's job.
+        jobs.append(asyncio.create_task(purge_loop(store), name="purge"))
+        # History past the retention window is archived and purged by the control plane's job.
+        jobs.append(asyncio.create_task(retention_loop(store, clock, settings=settings), name="retention"))
     # The due age (per partition) is read from the store at scrape time by the control plane's
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     waiter = asyncio.create_task(stop.wait())
     extra = settings.dispatch_processes - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
     supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
                   if extra and db else None)
-    done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait([*planes.tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     for t in done:
         if t is not waiter and t.exception() is not None:
             log.error("plane %s stopped: %s", t.get_name(), t.exception())
     if not stop.is_set():
         guard.trigger("a plane ended")   # the same bounded stop as for a signal
     stop.set()
-    # The planes drain within about half the stop timeout; whatever still runs at 0.7 of it is
-    # cancelled, and the watchdog ends the process at the timeout whatever is left.
-    deadline = loop.time() + stop_s * 0.7
-    if timing is not None:
-        timing.stop()
-    if dispatcher is not None:
-        dispatcher.stop(drain_s=stop_s * 0.5)
-    if server is not None:
-        server.should_exit = True
     if supervisor is not None:
-        tasks.append(supervisor)
-    _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+        planes.tasks.append(supervisor)   # stopped with the planes, not watched as one
+    await _stop_planes(planes, stop_s)
+    waiter.cancel()
+    for job in jobs:
+        job.cancel()
+
+
+async def _stop_planes(planes: _Planes, stop_s: float) -> None:
+    """Stop every plane within the bound: the planes drain within about half of ``stop_s``; whatever
+    still runs at 0.7 of it is cancelled (and named in a warning); the control plane's pending
+    refusal records are written for at most 0.1 of it. The StopGuard's watchdog ends the process
+    at ``stop_s`` whatever is left."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + stop_s * 0.7
+    if planes.timing is not None:
+        planes.timing.stop()
+    if planes.dispatcher is not None:
+        planes.dispatcher.stop(drain_s=stop_s * 0.5)
+    if planes.server is not None:
+        planes.server.should_exit = True
+    _, late = await asyncio.wait(planes.tasks, timeout=max(0.0, deadline - loop.time()))
     if late:
         log.warning("stopping: %s did not stop in time; cancelled", ", ".join(sorted(t.get_name() for t in late)))
         for t in late:
             t.cancel()
         await asyncio.wait(late, timeout=stop_s * 0.1)
-    if server is not None:   # refusals counted, not yet written (0091); not waited for past the bound
+    if planes.app is not None:   # refusals counted, not yet written (0091); not waited for past the bound
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.to_thread(app.state.denials.close), timeout=max(0.5, stop_s * 0.1))
-    waiter.cancel()
-    if purge is not None:
-        purge.cancel()
-    if retention is not None:
-        retention.cancel()
+            await asyncio.wait_for(asyncio.to_thread(planes.app.state.denials.close),
+                                   timeout=max(0.5, stop_s * 0.1))
 
 
 def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Settings | None = None) -> None:

@@ -105,6 +105,21 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     )
     app.state.fireledger = ApiContext(store, clock, on_definition_change, allow_private_targets, settings=settings)
     app.state.denials = DenialLedger(store, app.state.fireledger.now_us)   # bounded refusal audit (0091)
+    _add_problem_handlers(app)
+    _add_ops_routes(app, store, clock, keys, metrics_cache_s, settings)
+    _include_area_routers(app, settings)
+    console.mount(app, settings.public_url if settings is not None else None)
+    apply_surfaces(app)  # OpenAPI tags: management, policy, privileged, history (auth.surface_of)
+    app.add_middleware(GuardMiddleware, store=store)
+    app.add_middleware(BodyLimitMiddleware)   # outermost: one streaming body cap for every route (413)
+    return app
+
+
+def _add_problem_handlers(app: FastAPI) -> None:
+    """Every refusal leaves as problem+json: a project ``ProblemError`` as itself (a ``Forbidden``
+    audited first: invariant 13), a definitions-service refusal as its problem (nothing was written),
+    a request validation error naming the fields, and Starlette's 400/404/405 with a slug (405 with
+    the ``Allow`` of every route at that path)."""
 
     @app.exception_handler(ProblemError)
     async def _problem(request: Request, exc: ProblemError) -> Any:
@@ -129,6 +144,14 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
         return problem(exc.status_code, detail, slug=slug, headers=headers)
+
+
+def _add_ops_routes(app: FastAPI, store: SqlStore, clock: Clock, keys: Any, metrics_cache_s: float | None,
+                    settings: Settings | None) -> None:
+    """The operations routes, outside /v1 and the schema except ``/healthz``: ``/healthz``,
+    ``/metrics`` (the process's metrics plus the store's, cached ``metrics_cache_s``, and the smearing
+    collector; the collector is ``app.state.store_metrics``) and ``/.well-known/jwks.json`` (404 when
+    ``keys`` is None). Without ``settings`` a malformed FIRELEDGER_BACKFILL_MAX stops the build."""
 
     @app.get("/healthz", response_model=Health, tags=["ops"])
     def healthz() -> dict[str, str]:
@@ -162,6 +185,11 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
         body = keys.ring().jwks(clock.now().earliest_us // 1_000_000)
         return JSONResponse(body, headers={"cache-control": "public, max-age=300"})
 
+
+def _include_area_routers(app: FastAPI, settings: Settings | None) -> None:
+    """The /v1 routes, one router per area, in matching order (the dry-run routes ahead of
+    ``/v1/triggers/{trigger_id}``). Without ``settings`` a malformed FIRELEDGER_MISS_THRESHOLD_S
+    stops the build."""
     app.include_router(targets.router)
     app.include_router(dryrun_router)   # POST /v1/triggers/dry-run (ahead of …/{trigger_id}), …/policy/dry-run
     app.include_router(triggers.router)
@@ -176,11 +204,6 @@ def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[
     app.include_router(queues.router)
     app.include_router(backfill.router)
     app.include_router(reports.router)
-    console.mount(app, settings.public_url if settings is not None else None)
-    apply_surfaces(app)  # OpenAPI tags: management, policy, privileged, history (auth.surface_of)
-    app.add_middleware(GuardMiddleware, store=store)
-    app.add_middleware(BodyLimitMiddleware)   # outermost: one streaming body cap for every route (413)
-    return app
 
 
 def _allowed_methods(request: Request) -> list[str]:

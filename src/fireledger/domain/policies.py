@@ -106,31 +106,7 @@ def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanCont
     """:func:`plan_due` without its one-instant-on-time shortcut (the tests hold them equal)."""
     earliest = ctx.earliest_us
     horizon_us = policies.catchup_horizon_s * 1_000_000
-    instants: list[int] = []
-    t: int | None = row.next_us
-    overflow = False    # the expired range was jumped over, not enumerated to its end
-    partial = False     # instants up to ``earliest`` remain for the next plan
-    while t is not None and t <= earliest:
-        if len(instants) >= ENUMERATION_CAP:
-            if instants[-1] < earliest - horizon_us:
-                overflow = True
-            else:
-                partial = True
-            break
-        instants.append(t)
-        t = next_fn(t)
-    if overflow:
-        # Skip the rest of a very long gap without enumerating it: resume from the horizon's edge.
-        t = next_fn(earliest - horizon_us - 1)
-        more = 0
-        while t is not None and t <= earliest:
-            if more >= ENUMERATION_CAP:
-                partial = True
-                break
-            instants.append(t)
-            more += 1
-            t = next_fn(t)
-    new_next = t
+    instants, new_next, overflow, partial = _instants_due(row.next_us, earliest, horizon_us, next_fn)
 
     def fire(us: int, kind: FireKind, lane: Lane, state: FireState, cause: str | None = None) -> NewFire:
         return NewFire(
@@ -170,23 +146,69 @@ def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanCont
         nb = dispatch_not_before_us(row.trigger_id, u, policies.jitter_s)
         fires.append(f if nb is None else replace(f, not_before_us=max(nb, earliest)))
 
-    if len(quiet) > ctx.record_cap:
+    quiet = _bounded_quiet(quiet, ctx.record_cap, overflow)
+    advance = Advance(row.trigger_id, row.next_us, row.version, new_next, row.version)
+    all_fires = sorted([*quiet, *fires], key=lambda f: f.scheduled_us)
+    return Decision(advance, tuple(all_fires))
+
+
+def _instants_due(next_us: int, earliest: int, horizon_us: int,
+                  next_fn: NextFn) -> tuple[list[int], int | None, bool, bool]:
+    """The instants from ``next_us`` up to ``earliest`` and the first one after them (None: the
+    schedule ended): ``(instants, new_next, overflow, partial)``.
+
+    At most :data:`ENUMERATION_CAP` instants are listed from the start. When the cap is hit inside
+    the expired range (older than ``earliest − horizon_us``) the rest of that range is jumped over
+    (``overflow``) and enumeration resumes at the horizon's edge, again capped; when a cap stops
+    before ``earliest`` (``partial``), ``new_next`` is the first instant not listed, so the next
+    plan continues from there."""
+    instants: list[int] = []
+    t: int | None = next_us
+    overflow = False    # the expired range was jumped over, not enumerated to its end
+    partial = False     # instants up to ``earliest`` remain for the next plan
+    while t is not None and t <= earliest:
+        if len(instants) >= ENUMERATION_CAP:
+            if instants[-1] < earliest - horizon_us:
+                overflow = True
+            else:
+                partial = True
+            break
+        instants.append(t)
+        t = next_fn(t)
+    if overflow:
+        # Skip the rest of a very long gap without enumerating it: resume from the horizon's edge.
+        t = next_fn(earliest - horizon_us - 1)
+        more = 0
+        while t is not None and t <= earliest:
+            if more >= ENUMERATION_CAP:
+                partial = True
+                break
+            instants.append(t)
+            more += 1
+            t = next_fn(t)
+    return instants, t, overflow, partial
+
+
+def _bounded_quiet(quiet: list[NewFire], record_cap: int, overflow: bool) -> list[NewFire]:
+    """The non-dispatch records, at most ``record_cap`` of them: beyond the cap the newest
+    ``record_cap − 1`` are kept individually and one range record at the oldest instant counts
+    the rest (its cause names the range and the first cause). When instants were jumped over
+    (``overflow``) the count says "more than" — or, under the cap, the oldest record's cause says
+    that earlier instants were not enumerated."""
+    if len(quiet) > record_cap:
         # Keep the newest individually; one range record (at the oldest instant) counts the rest.
         quiet.sort(key=lambda f: f.scheduled_us)
-        rest, keep_rows = quiet[: len(quiet) - ctx.record_cap + 1], quiet[len(quiet) - ctx.record_cap + 1:]
+        rest, keep_rows = quiet[: len(quiet) - record_cap + 1], quiet[len(quiet) - record_cap + 1:]
         n = f"more than {len(rest)}" if overflow else str(len(rest))
         first, last = rest[0], rest[-1]
         summary = replace(first, cause=(
             f"range: {n} missed instants from {_iso(first.scheduled_us)} to {_iso(last.scheduled_us)} "
             f"recorded as one; first cause: {first.cause}"))
-        quiet = [summary, *keep_rows]
-    elif overflow and quiet:
+        return [summary, *keep_rows]
+    if overflow and quiet:
         first = quiet[0]
         quiet[0] = replace(first, cause=f"{first.cause}; more instants before it were not enumerated")
-
-    advance = Advance(row.trigger_id, row.next_us, row.version, new_next, row.version)
-    all_fires = sorted([*quiet, *fires], key=lambda f: f.scheduled_us)
-    return Decision(advance, tuple(all_fires))
+    return quiet
 
 
 # --- settings and replays (pause/resume gaps, policy dry-runs: decisions 0063-0065) -----------

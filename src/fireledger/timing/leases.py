@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from fireledger.clock import Clock
+from fireledger.clock import Clock, Interval
 from fireledger.observe.metrics import METRICS
 from fireledger.settings import LeaseSettings  # the lease timing, read with every other setting
 from fireledger.store import SqlStore
@@ -99,6 +99,37 @@ def _spread(key: str) -> float:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big") / 2**32
 
 
+@dataclass(frozen=True, slots=True)
+class _Cluster:
+    """The lease table and the sessions as one cycle read them."""
+
+    table: list[Lease]
+    sessions: list[NodeSession]
+    live: dict[str, NodeSession]   # by id: not stopped, heartbeat within session_ttl_s
+    active: list[str]              # live and not shedding, sorted by id
+
+
+def _choose_grants(offered: list[Grant], free: list[tuple[float, Grant]], dead: list[tuple[float, Grant]],
+                   want: int, grace_us: int, now: int) -> list[Grant]:
+    """The leases to ask for: every offered one, then up to ``want`` in all from free (released
+    earliest first) and dead (by spread) — plus, as a liveness backstop, any partition free for
+    longer than ``grace_us`` whatever the share."""
+    grants = list(offered)
+    budget = want - len(offered)
+    free.sort(key=lambda x: (x[0], x[1].partition))
+    dead.sort(key=lambda x: x[0])
+    for _, g in [*free, *dead]:
+        if budget <= 0:
+            break
+        grants.append(g)
+        budget -= 1
+    taken = {g.partition for g in grants}
+    for freed_us, g in free:
+        if g.partition not in taken and freed_us and freed_us + grace_us <= now:
+            grants.append(g)
+    return grants
+
+
 class LeaseManager:
     """One timing node's leases (see the module docstring). ``cycle()`` is one synchronous step —
     tests drive it with a fake clock; ``run()`` repeats it on a thread until stopped."""
@@ -153,17 +184,50 @@ class LeaseManager:
     # --- one cycle ---------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
-        """Renew, shed or rejoin, rebalance, rotate and take over (see the module docstring)."""
-        st = self.settings
+        """Renew, shed or rejoin, rebalance, rotate and take over (see the module docstring).
+
+        One synchronous step; returns what it did (also kept as ``last``). A shedding node renews
+        its session only and reports ``held == 0``; otherwise the steps run in the module
+        docstring's order: renew, read the cluster, release (share, rotation), take over."""
         rep = CycleReport()
         iv = self.clock.now()
         m0 = self.clock.monotonic()
         now = iv.earliest_us
-        eps = iv.eps_us
         if self._started_us is None:
             self._started_us = now
-        healthy = eps <= st.eps_ceiling_us
-        if not healthy:
+        shedding = self._shed_or_rejoin(iv, m0)
+        rep.shedding = shedding
+        held_now, n = self._renew(iv, m0, shedding, rep)
+        cluster = self._read_cluster(now, n, rep)
+        if shedding:
+            rep.held = 0
+            self.last = rep
+            return rep
+        quota = quota_for(self.node_id, cluster.active, n)
+        rep.quota = quota
+        release = self._plan_releases(cluster, n, quota, now, rep)
+        if release:
+            self._release(release, now, m0, rep)
+        want = quota - (len(held_now) - len(rep.released))
+        offered, free, dead = self._takeover_candidates(cluster, release, now, m0, iv.eps_us)
+        grants = _choose_grants(offered, free, dead, want, int(self.settings.orphan_grace_s * S), now)
+        if grants:
+            self._take(grants, n, now, rep)
+        for p in [p for p, at in self._released_at.items() if m0 - at > 10 * self.settings.orphan_grace_s]:
+            del self._released_at[p]
+        rep.held = len(self.ownership().partitions)
+        self.last = rep
+        return rep
+
+    def _shed_or_rejoin(self, iv: Interval, m0: float) -> bool:
+        """Decide whether this node sheds this cycle and apply it; returns the new shedding state.
+
+        ε over the ceiling sheds at once; a shedding node rejoins only after ``rejoin_after_s`` of
+        healthy clock (measured on ``m0``, the monotonic reading). Entering shedding drops every
+        partition (waiting for a commit in flight); transitions are logged; the gauge is set."""
+        st = self.settings
+        eps = iv.eps_us
+        if eps > st.eps_ceiling_us:
             self._healthy_since = None
             shedding = True
         else:
@@ -180,16 +244,25 @@ class LeaseManager:
         if shedding:
             self._drop(set(self.ownership().partitions))
         self._shedding = shedding
-        rep.shedding = shedding
         METRICS.shedding.labels(self.node_id).set(1 if shedding else 0)
+        return shedding
+
+    def _renew(self, iv: Interval, m0: float, shedding: bool, rep: CycleReport) -> tuple[frozenset[int], int]:
+        """Renew the session and every held lease in one store call; returns (partitions held, n).
+
+        Ownership becomes exactly what the store says is held (below the current count ``n``),
+        valid until ``m0 + min(session_ttl, lease_ttl) − 2ε − guard``; partitions no longer held are
+        dropped (and listed in ``rep.lost``). Every 120th cycle prunes long-gone sessions."""
+        st = self.settings
+        now = iv.earliest_us
+        assert self._started_us is not None
         held = self.store.heartbeat(
-            self.node_id, self.role, now_us=now, started_us=self._started_us, eps_us=eps, eps_source=iv.source,
-            shedding=shedding, lease_expires_us=now + int(st.lease_ttl_s * S))
+            self.node_id, self.role, now_us=now, started_us=self._started_us, eps_us=iv.eps_us,
+            eps_source=iv.source, shedding=shedding, lease_expires_us=now + int(st.lease_ttl_s * S))
         n = int(self.store.partition_count())
-        valid_until = m0 + min(st.session_ttl_s, st.lease_ttl_s) - 2 * eps / S - st.guard_s
+        valid_until = m0 + min(st.session_ttl_s, st.lease_ttl_s) - 2 * iv.eps_us / S - st.guard_s
         held_now = frozenset(p for p, _ in held if p < n)
-        before = self.ownership().partitions
-        lost = set(before - held_now)
+        lost = set(self.ownership().partitions - held_now)
         if lost:
             rep.lost = sorted(lost)
             log.info("node %s no longer holds partitions %s", self.node_id, _fmt(lost))
@@ -198,9 +271,17 @@ class LeaseManager:
         self._cycles += 1
         if self._cycles % 120 == 1:
             self.store.prune_nodes(self.role, now - int(st.prune_after_s * S))
-        table: list[Lease] = [lease for lease in self.store.lease_table() if lease.partition < n]
-        sessions: list[NodeSession] = self.store.sessions(self.role)
-        session_us = int(st.session_ttl_s * S)
+        return held_now, n
+
+    def _read_cluster(self, now: int, n: int, rep: CycleReport) -> _Cluster:
+        """Read the lease table (partitions below ``n``) and the sessions of this role.
+
+        A session is live when not stopped and its heartbeat + ``session_ttl_s`` ≥ ``now``; active
+        nodes are the live, non-shedding ones, sorted. Sets ``rep.live`` and reports (gauge, one
+        log line per episode) a correlated excursion: at least two live nodes, most shedding."""
+        table = [lease for lease in self.store.lease_table() if lease.partition < n]
+        sessions = self.store.sessions(self.role)
+        session_us = int(self.settings.session_ttl_s * S)
         live = {s.id: s for s in sessions if s.stopped_us is None and s.heartbeat_us + session_us >= now}
         active = sorted(i for i, s in live.items() if not s.shedding)
         shed_nodes = sorted(i for i, s in live.items() if s.shedding)
@@ -212,21 +293,28 @@ class LeaseManager:
                       "scheduling capacity is reduced while nothing is wrong with the schedulers",
                       len(shed_nodes), len(live), ", ".join(shed_nodes))
         self._excursion_logged = rep.correlated_excursion
-        if shedding:
-            rep.held = 0
-            self.last = rep
-            return rep
+        return _Cluster(table, sessions, live, active)
 
-        quota = quota_for(self.node_id, active, n)
-        rep.quota = quota
+    def _plan_releases(self, cluster: _Cluster, n: int, quota: int, now: int,
+                       rep: CycleReport) -> dict[int, str | None]:
+        """Choose what to release: partition → the node it is offered to (``None``: to anyone).
+
+        Beyond the fair share ``quota`` (of ``n``), the longest-held partitions go, each offered to the active
+        node furthest below its share. At or under the share (and with another active node), up to
+        ``rotate_batch`` partitions held past their staggered ``rotate_after_s`` are offered the same
+        way, or to the node holding fewest when all are at their share; those are in ``rep.rotated``."""
+        st = self.settings
+        active = cluster.active
         counts: dict[str, int] = {}
-        for lease in table:
+        for lease in cluster.table:
             if lease.owner is not None:
                 counts[lease.owner] = counts.get(lease.owner, 0) + 1
-        mine = [lease for lease in table if lease.owner == self.node_id]
-        deficits = {i: quota_for(i, active, n) - counts.get(i, 0) for i in active if i != self.node_id}
+        mine = [lease for lease in cluster.table if lease.owner == self.node_id]
+        deficits = {i: quota_for(i, active, n) - counts.get(i, 0)
+                    for i in active if i != self.node_id}
 
         def receiver() -> str | None:
+            """The active node furthest below its share (ties: lowest id), charged one partition."""
             if not deficits:
                 return None
             best = max(sorted(deficits), key=lambda i: deficits[i])
@@ -235,7 +323,6 @@ class LeaseManager:
             deficits[best] -= 1
             return best
 
-        # 1. releases: beyond the fair share (longest held first), then routine rotation.
         release: dict[int, str | None] = {}
         by_tenure = sorted(mine, key=lambda lease: (lease.granted_us or 0, lease.partition))
         if len(mine) > quota:
@@ -253,25 +340,36 @@ class LeaseManager:
                         to = min(sorted(others), key=lambda i: counts.get(i, 0))
                     release[lease.partition] = to
                     rep.rotated.append(lease.partition)
-        if release:
-            self._drop(set(release))
-            done = self.store.release_leases(self.node_id, sorted(release), now, release)
-            rep.released = done
-            for p in done:
-                self._released_at[p] = m0
-            if rep.rotated:
-                log.info("node %s hands over partitions %s (routine reassignment)", self.node_id, _fmt(rep.rotated))
+        return release
 
-        # 2. takeovers: offered to me (always), then up to my share: free, expired, owner dead.
-        held_after = len(held_now) - len(rep.released)
-        want = quota - held_after
+    def _release(self, release: dict[int, str | None], now: int, m0: float, rep: CycleReport) -> None:
+        """Stop claiming the partitions in ``release`` (waiting for a commit in flight), then release
+        them in the store, each offered to its node; ``rep.released`` lists those the store released."""
+        self._drop(set(release))
+        done = self.store.release_leases(self.node_id, sorted(release), now, release)
+        rep.released = done
+        for p in done:
+            self._released_at[p] = m0
+        if rep.rotated:
+            log.info("node %s hands over partitions %s (routine reassignment)", self.node_id, _fmt(rep.rotated))
+
+    def _takeover_candidates(self, cluster: _Cluster, release: dict[int, str | None], now: int, m0: float,
+                             eps: int) -> tuple[list[Grant], list[tuple[float, Grant]], list[tuple[float, Grant]]]:
+        """The leases this node could take now: (offered, free, dead), none of its own or just released.
+
+        ``offered``: free partitions handed to this node. ``free``: other free partitions, each with
+        its release instant — except, within ``orphan_grace_s``, one this node just released or one
+        offered to another active node. ``dead``: leases whose expiry is past ``now`` or whose
+        owner's session is not live, keyed by a per-node stable spread (so contested takeovers
+        spread out). Each grant carries the handover's duration and cause."""
+        st = self.settings
         grace_us = int(st.orphan_grace_s * S)
+        lease_ttl_us = int(st.lease_ttl_s * S)
+        by_id = {s.id: s for s in cluster.sessions}
         offered: list[Grant] = []
         free: list[tuple[float, Grant]] = []
         dead: list[tuple[float, Grant]] = []
-        lease_ttl_us = int(st.lease_ttl_s * S)
-        by_id = {s.id: s for s in sessions}
-        for lease in table:
+        for lease in cluster.table:
             p = lease.partition
             if lease.owner == self.node_id or p in release:
                 continue
@@ -285,57 +383,43 @@ class LeaseManager:
                 mine_recently = (lease.prev_owner == self.node_id and p in self._released_at
                                  and m0 - self._released_at[p] < st.orphan_grace_s)
                 lapsed = since is None or since + grace_us <= now
-                for_other = lease.handoff_to is not None and lease.handoff_to in active
+                for_other = lease.handoff_to is not None and lease.handoff_to in cluster.active
                 if mine_recently and not lapsed:
                     continue
                 if for_other and not lapsed:
                     continue
                 free.append((since or 0, g))
                 continue
-            owner = live.get(lease.owner)
             if lease.expires_us < now:
                 last = lease.renewed_us if lease.renewed_us is not None else lease.expires_us - lease_ttl_us
                 dead.append((_spread(f"{self.node_id}:{p}"),
                              Grant(p, lease.rev, now + lease_ttl_us, eps, max(0, now - last), "expired")))
-            elif owner is None:
+            elif cluster.live.get(lease.owner) is None:
                 seen = by_id.get(lease.owner)
                 last = seen.heartbeat_us if seen is not None else (lease.renewed_us or now)
                 if seen is not None and seen.stopped_us is not None:
                     last = seen.stopped_us
                 dead.append((_spread(f"{self.node_id}:{p}"),
                              Grant(p, lease.rev, now + lease_ttl_us, eps, max(0, now - last), "session-lost")))
-        grants = list(offered)
-        budget = want - len(offered)
-        free.sort(key=lambda x: (x[0], x[1].partition))
-        dead.sort(key=lambda x: x[0])
-        for _, g in [*free, *dead]:
-            if budget <= 0:
-                break
-            grants.append(g)
-            budget -= 1
-        # Liveness backstop: a partition free for longer than the grace is taken whatever the share.
-        taken = {g.partition for g in grants}
-        for freed_us, g in free:
-            if g.partition not in taken and freed_us and freed_us + grace_us <= now:
-                grants.append(g)
-        if grants:
-            got = self.store.grant_leases(self.node_id, grants, now)
-            rep.granted = got
-            if got:
-                own = self.ownership()
-                self._set_ownership(own.partitions | frozenset(got), n, own.valid_until)
-                by_p = {g.partition: g for g in grants}
-                for p in got:
-                    g = by_p[p]
-                    if g.takeover_us is not None and g.cause is not None:
-                        METRICS.lease_takeover.labels(g.cause).observe(g.takeover_us / S)
-                log.info("node %s takes partitions %s", self.node_id, _fmt(got))
-                self.on_change()
-        for p in [p for p, at in self._released_at.items() if m0 - at > 10 * st.orphan_grace_s]:
-            del self._released_at[p]
-        rep.held = len(self.ownership().partitions)
-        self.last = rep
-        return rep
+        return offered, free, dead
+
+    def _take(self, grants: list[Grant], n: int, now: int, rep: CycleReport) -> None:
+        """Grant ``grants`` by compare-and-set; what the store granted joins the ownership at once
+        (same validity), is listed in ``rep.granted``, observed as takeover durations per cause, and
+        wakes ``on_change``."""
+        got = self.store.grant_leases(self.node_id, grants, now)
+        rep.granted = got
+        if not got:
+            return
+        own = self.ownership()
+        self._set_ownership(own.partitions | frozenset(got), n, own.valid_until)
+        by_p = {g.partition: g for g in grants}
+        for p in got:
+            g = by_p[p]
+            if g.takeover_us is not None and g.cause is not None:
+                METRICS.lease_takeover.labels(g.cause).observe(g.takeover_us / S)
+        log.info("node %s takes partitions %s", self.node_id, _fmt(got))
+        self.on_change()
 
     # --- running -----------------------------------------------------------------------------
 
