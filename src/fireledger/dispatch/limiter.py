@@ -7,8 +7,8 @@ applied to connections (additive increase, multiplicative decrease, with a slow 
 TCP Vegas' idea of reading queueing in the latency:
 
 * **start** at ``initial`` (never above ``maximum``, the configured ``limit_per_host``);
-* **grow** on each success that used the limit (at least ``limit - 1`` in flight when it
-  started) and answered within the expected time: ``+1`` per success below ``threshold``
+* **grow** on each success that used the limit (at least half of it in flight when it started,
+  as Netflix's concurrency-limits AIMD asks) and answered within the expected time: ``+1`` per success below ``threshold``
   (slow start: the limit doubles per round trip), ``+1/limit`` above it (one per round trip);
   never above ``maximum``. "Within the expected time" is at most ``2 × baseline + slack``, the
   baseline being the shortest recent response time (it drifts up slowly, so a receiver whose
@@ -79,7 +79,7 @@ class AdaptiveLimit:
             self.baseline_s = latency_s
         else:
             self.baseline_s += (latency_s - self.baseline_s) * BASELINE_DRIFT
-        if not fast or inflight < self._limit - 1:
+        if not fast or 2 * inflight < self._limit:
             return   # the receiver is queueing, or the limit was not what held the requests back
         step = 1.0 if self._limit < self.threshold else 1.0 / self._limit
         self._limit = min(float(self.maximum), self._limit + step)
