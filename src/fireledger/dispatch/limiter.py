@@ -8,8 +8,9 @@ TCP Vegas' idea of reading queueing in the latency:
 
 * **start** at ``initial`` (never above ``maximum``, the configured ``limit_per_host``);
 * **grow** on each success that used the limit (at least half of it in flight when it started,
-  as Netflix's concurrency-limits AIMD asks) and answered within the expected time: ``+1`` per success below ``threshold``
-  (slow start: the limit doubles per round trip), ``+1/limit`` above it (one per round trip);
+  as Netflix's concurrency-limits AIMD asks) and answered within the expected time: ``+1`` per
+  success below ``threshold`` (slow start: the limit doubles per round trip), ``+1/limit`` above
+  it (one per round trip);
   never above ``maximum``. "Within the expected time" is at most ``2 × baseline + slack``, the
   baseline being the shortest recent response time (it drifts up slowly, so a receiver whose
   normal answer is slow — 0.5 s — still lets the limit grow: only a response time that *grows*

@@ -10,11 +10,7 @@ leases the fire until the attempt's deadline plus a margin; a runner killed mid-
 lease to expire and another runner (or this one restarted) picks the fire up as a further attempt
 under the same key.
 
-Outcomes: 2xx ``delivered``; 408/429/5xx/connection errors retried with bounded, jittered backoff
-(truncated at the trigger's next instant) in the fire's own lane, each attempt charged to the
-tenant's quota; other 4xx/3xx ``failed`` with the status as cause; a timeout is attempt result
-``unknown`` — retried under the same key while attempts remain, and the fire ends ``unknown`` when
-they run out.
+Outcomes and what each settles to: :mod:`fireledger.dispatch.settling`.
 """
 
 from __future__ import annotations
