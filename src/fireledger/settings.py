@@ -30,7 +30,8 @@ from fireledger.errors import FireledgerError
 
 __all__ = [
     "LANE_NAMES", "LeaseSettings", "SettingError", "Settings", "parse_allow_private_targets", "parse_backfill_max",
-    "parse_declared_eps_us", "parse_dispatch_concurrency", "parse_dispatch_processes", "parse_flag",
+    "parse_connect_timeout_s", "parse_declared_eps_us", "parse_dispatch_concurrency", "parse_dispatch_processes",
+    "parse_flag",
     "parse_lane_text", "parse_log_level", "parse_max_connections", "parse_metrics_listen", "parse_over_quota_share",
     "parse_per_tenant_limit", "parse_public_url", "parse_retention_days", "parse_seconds",
     "parse_stop_timeout_s", "parse_store_number", "parse_trusted_proxies", "process_env",
@@ -249,6 +250,17 @@ def parse_dispatch_concurrency(env: Mapping[str, str]) -> int | None:
     return int(text)
 
 
+def parse_connect_timeout_s(env: Mapping[str, str]) -> float:
+    """``FIRELEDGER_CONNECT_TIMEOUT_S`` (default 5): seconds a dispatch connection may take to be
+    established, and a written request to be acknowledged by the receiver's TCP (decision 0117).
+    A finite number > 0; an attempt's own timeout bounds it too."""
+    name = "FIRELEDGER_CONNECT_TIMEOUT_S"
+    value = parse_seconds(env, name, 5.0)
+    if not math.isfinite(value):
+        raise SettingError(f"{name}: must be a finite number of seconds")
+    return value
+
+
 def parse_over_quota_share(env: Mapping[str, str]) -> float | None:
     """``FIRELEDGER_OVER_QUOTA_SHARE``: 0 to 1; ``None``: the default."""
     text = env.get("FIRELEDGER_OVER_QUOTA_SHARE")
@@ -404,6 +416,7 @@ class Settings:
     dispatch_processes: int = 1                     # FIRELEDGER_DISPATCH_PROCESSES
     dispatch_concurrency: int | None = None         # FIRELEDGER_DISPATCH_CONCURRENCY (256)
     over_quota_share: float | None = None           # FIRELEDGER_OVER_QUOTA_SHARE (0.5)
+    connect_timeout_s: float = 5.0                  # FIRELEDGER_CONNECT_TIMEOUT_S
     lanes: Mapping[str, LaneOverride] = field(default_factory=dict)   # FIRELEDGER_LANE_<LANE>
     internal_modules: str | None = None             # FIRELEDGER_INTERNAL_MODULES
     # store (PostgreSQL)
@@ -443,6 +456,7 @@ class Settings:
             "dispatch_processes": parse_dispatch_processes(e),
             "dispatch_concurrency": parse_dispatch_concurrency(e),
             "over_quota_share": parse_over_quota_share(e),
+            "connect_timeout_s": parse_connect_timeout_s(e),
             "lanes": parse_lanes(e),
             "internal_modules": _optional(e, "FIRELEDGER_INTERNAL_MODULES"),
             "pg_connect_timeout_s": int(parse_store_number(e, "FIRELEDGER_PG_CONNECT_TIMEOUT_S", 5, minimum=1,
@@ -464,6 +478,6 @@ VARIABLES: tuple[str, ...] = (
     "FIRELEDGER_TIMING_LEASES", "FIRELEDGER_SHADOW", "FIRELEDGER_SHADOW_INTERVAL_S", "FIRELEDGER_METRICS_LISTEN",
     *(f"FIRELEDGER_{f.name.upper()}" for f in fields(LeaseSettings)),
     "FIRELEDGER_DISPATCH_PROCESSES", "FIRELEDGER_DISPATCH_CONCURRENCY", "FIRELEDGER_OVER_QUOTA_SHARE",
-    *(lane_variable(lane) for lane in LANE_NAMES), "FIRELEDGER_INTERNAL_MODULES",
+    "FIRELEDGER_CONNECT_TIMEOUT_S", *(lane_variable(lane) for lane in LANE_NAMES), "FIRELEDGER_INTERNAL_MODULES",
     "FIRELEDGER_PG_CONNECT_TIMEOUT_S", "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS",
 )

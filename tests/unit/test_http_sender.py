@@ -724,7 +724,7 @@ def test_https_verifies_the_certificate_and_sends_sni(tmp_path: Any, monkeypatch
 
 
 def test_a_slot_granted_to_a_waiter_cancelled_before_it_ran_is_given_back() -> None:
-    from fireledger.dispatch.wire import Pool
+    from fireledger.dispatch.pool import Pool
     from fireledger.security.egress import EgressPolicy
 
     async def main() -> None:

@@ -17,12 +17,21 @@ Contract of :meth:`HttpSender.send`:
 
   ============  ==============================================================================
   delivered     a 2xx response
-  retry         408, 429 or 5xx; a connection/DNS/TLS error; or the timeout expired before the
-                request was written (e.g. connecting or waiting for a pooled connection)
+  retry         408, 429 or 5xx; a connection/DNS/TLS error; a connection not established
+                within ``connect_timeout_s``; the timeout expired before the request was written
+                (e.g. connecting or waiting for a pooled connection); or a request the receiver
+                never got: written, but the kernel shows its TCP acknowledged none of it
+                within ``connect_timeout_s`` (abandoned then) or by the timeout (``sent=False``)
   failed        any other status (3xx, other 4xx, ...), or a request that cannot be made (bad URL)
-  unknown       the request was written but no response arrived before the timeout: the target
-                may have accepted it
+  unknown       the request was written, no response arrived before the timeout, and there is
+                no evidence that it did not reach the target: the target may have accepted it
   ============  ==============================================================================
+
+  The evidence is the kernel's (Linux ``TCP_INFO``, ``tcpi_bytes_acked``): a receiver whose accept
+  queue is full completes the TCP handshake on the client's side only and drops the request's
+  segments unacknowledged, so nothing reached it. Where the platform gives no such figure, a
+  written request without a response stays ``unknown`` (docs/decisions/0115-unacknowledged-
+  request-is-not-sent.md).
 
 * ``timeout_s`` bounds the whole exchange, from the call to the response status line and
   headers. The response body is then read (at most :data:`BODY_CAP_BYTES`, within what is left
@@ -30,9 +39,10 @@ Contract of :meth:`HttpSender.send`:
   the outcome. A connection whose body was not read to its end (past the cap, out of time,
   ``Connection: close``, HTTP/1.0 without keep-alive) is closed, not pooled.
 * ``error`` is a short description that never contains the request or response body.
-* ``sent`` reports whether the request headers were written to a connection, i.e. whether the
-  target may have seen the attempt. Connection errors after the write are classified ``retry``
-  (as the dispatch plane's policy says) but keep ``sent=True``. A request is never resent within
+* ``sent`` reports whether the request headers were written to a connection and not shown by
+  the kernel to have gone unacknowledged, i.e. whether the target may have seen the attempt.
+  Connection errors after the write are classified ``retry`` (as the dispatch plane's policy
+  says) but keep ``sent=True``. A request is never resent within
   one call (a pooled connection the peer closed is detected before use; one that fails after the
   write is a ``retry``): the dispatch plane's retry is the resend, under the same key.
 * Cancellation (``asyncio.CancelledError``) propagates; the connection in use is closed.
@@ -55,8 +65,9 @@ import yarl
 from aiohttp.abc import AbstractResolver
 
 from fireledger.dispatch import signing
+from fireledger.dispatch.pool import CONNECT_TIMEOUT_S, Pool
 from fireledger.dispatch.retry import RETRY_AFTER_MAX_S
-from fireledger.dispatch.wire import ExchangeError, Pool, Target, parse_target, request_bytes
+from fireledger.dispatch.wire import ExchangeError, Target, parse_target, request_bytes
 from fireledger.security.egress import EgressPolicy
 
 __all__ = [
@@ -235,13 +246,17 @@ def _short(exc: BaseException) -> str:
 class HttpSender:
     """Sends :class:`HttpRequest` s over pooled HTTP/1.1 keep-alive connections
     (:mod:`fireledger.dispatch.wire`: an asyncio protocol per connection, responses parsed by
-    httptools).
+    httptools; connections kept by :class:`~fireledger.dispatch.pool.Pool`).
 
     The pool is created lazily on the first :meth:`send`, inside the running loop, and is bound to
     that loop: using the sender from another loop raises ``RuntimeError``. ``limit`` caps the
-    number of simultaneous connections (``limit_per_host`` per origin — scheme, host, port —, 0 =
-    no per-origin cap); further requests wait for a free connection in arrival order, and that
-    wait counts against their timeout. Idle keep-alive connections count against ``limit`` too
+    number of simultaneous connections; per origin — scheme, host, port — an adaptive limit
+    (:mod:`fireledger.dispatch.limiter`) starts at a few connections, grows while the receiver keeps
+    up and halves when it does not (a stalled or refused connect, an unacknowledged request, a
+    timeout, 429/503), never above ``limit_per_host`` (0 = ``limit``); further requests wait for a
+    free connection in arrival order (per origin), and that wait counts against their timeout.
+    ``connect_timeout_s`` bounds establishing a connection and the receiver's TCP acknowledging a
+    request, within the request's timeout. Idle keep-alive connections count against ``limit`` too
     (the oldest is closed to make room) and are closed after 15 s idle (``wire.KEEPALIVE_S``).
     Every connection obeys the egress policy ``egress`` (the process passes the one its settings
     describe; None: read from the environment when the pool is created, :meth:`EgressPolicy.from_env`).
@@ -262,6 +277,7 @@ class HttpSender:
         ssl_context: ssl.SSLContext | None = None,
         resolver: AbstractResolver | None = None,
         egress: EgressPolicy | None = None,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be >= 1")
@@ -269,6 +285,9 @@ class HttpSender:
             raise ValueError("limit_per_host must be >= 0")
         if body_cap_bytes < 0:
             raise ValueError("body_cap_bytes must be >= 0")
+        if not (isinstance(connect_timeout_s, int | float) and math.isfinite(connect_timeout_s)
+                and connect_timeout_s > 0):
+            raise ValueError("connect_timeout_s must be finite and > 0")
         if trust_env:
             # A proxy would be the address the guard vets, not the target (invariant 12).
             raise ValueError("trust_env is not supported: dispatch never goes through a proxy")
@@ -280,6 +299,7 @@ class HttpSender:
         self._ssl_context = ssl_context
         self._resolver = resolver
         self._egress = egress
+        self._connect_timeout_s = float(connect_timeout_s)
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -301,7 +321,7 @@ class HttpSender:
             self._pool = Pool(loop, limit=self._limit, limit_per_host=self._limit_per_host,
                               policy=self._egress if self._egress is not None else EgressPolicy.from_env(),
                               ssl_context=self._ssl_context,
-                              resolver=self._resolver)
+                              resolver=self._resolver, connect_timeout_s=self._connect_timeout_s)
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("HttpSender is bound to another event loop")
@@ -315,6 +335,13 @@ class HttpSender:
                 self._targets.clear()
             self._targets[url] = t
         return t
+
+    def origin_limit(self, url: str) -> float | None:
+        """The adaptive connection limit of ``url``'s origin now (``None``: never sent to)."""
+        if self._pool is None:
+            return None
+        lim = self._pool._limits.get(self._target(url).origin)
+        return None if lim is None else lim.limit
 
     async def close(self) -> None:
         """Close the pooled connections. Idempotent."""
@@ -343,6 +370,8 @@ class HttpSender:
                     return HttpResult("unknown", None, error, time.perf_counter() - start, sent=True)
                 error = f"timed out before the request was sent ({req.timeout_s:g}s)"
                 return HttpResult("retry", None, error, time.perf_counter() - start)
+            if exc.kind == "unacked":   # written, but the kernel shows it never reached the receiver
+                return HttpResult("retry", None, _clip(f"not delivered: {exc}"), time.perf_counter() - start)
             return HttpResult("retry", None, _clip(str(exc)), time.perf_counter() - start, sent=exc.sent)
         except ValueError as exc:   # EgressRefused: final, names the host and why
             return HttpResult("failed", None, _short(exc), time.perf_counter() - start)

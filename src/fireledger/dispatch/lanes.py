@@ -17,6 +17,9 @@ Configuration comes from the environment (``DispatchConfig.from_env``):
 ``FIRELEDGER_LANE_BACKFILL``           likewise (rate=50, concurrency=16)
 ``FIRELEDGER_OVER_QUOTA_SHARE``        share of the on-time lane's concurrency that over-quota
                                        attempts may hold (0.5)
+``FIRELEDGER_CONNECT_TIMEOUT_S``       seconds to establish a connection to a target and for its
+                                       TCP to acknowledge a request (5; within the attempt's
+                                       timeout: decision 0117)
 =====================================  ==========================================================
 """
 
@@ -88,6 +91,7 @@ class DispatchConfig:
     quota_burst_s: float = 1.0
     over_quota_debt_s: float = 1.0
     batch: int = 512
+    connect_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -101,6 +105,8 @@ class DispatchConfig:
             raise ConfigError("quota_burst_s must be > 0 and over_quota_debt_s >= 0")
         if self.batch < 1:
             raise ConfigError("batch must be >= 1")
+        if not (math.isfinite(self.connect_timeout_s) and self.connect_timeout_s > 0):
+            raise ConfigError("connect_timeout_s must be finite and > 0")
 
     def lane(self, name: str) -> LaneConfig:
         return self.lanes[name]
@@ -121,6 +127,7 @@ class DispatchConfig:
         """Read the dispatch ``FIRELEDGER_*`` settings from ``env`` (the process environment when
         None; see the module docstring); raises :class:`ConfigError` naming the variable."""
         from fireledger.settings import (
+            parse_connect_timeout_s,
             parse_dispatch_concurrency,
             parse_lanes,
             parse_over_quota_share,
@@ -130,7 +137,7 @@ class DispatchConfig:
         source = process_env() if env is None else env
         try:
             return cls.from_values(parse_dispatch_concurrency(source), parse_over_quota_share(source),
-                                   parse_lanes(source))
+                                   parse_lanes(source), parse_connect_timeout_s(source))
         except ConfigError:
             raise
         except ValueError as exc:
@@ -139,11 +146,12 @@ class DispatchConfig:
     @classmethod
     def from_settings(cls, settings: Settings) -> DispatchConfig:
         """The configuration ``settings`` (read once by the entry point) describes."""
-        return cls.from_values(settings.dispatch_concurrency, settings.over_quota_share, settings.lanes)
+        return cls.from_values(settings.dispatch_concurrency, settings.over_quota_share, settings.lanes,
+                               settings.connect_timeout_s)
 
     @classmethod
     def from_values(cls, concurrency: int | None, over_quota_share: float | None,
-                    lanes: Mapping[str, LaneOverride]) -> DispatchConfig:
+                    lanes: Mapping[str, LaneOverride], connect_timeout_s: float = 5.0) -> DispatchConfig:
         """The defaults with the given overrides (``None``/absent: the default)."""
         base = cls()
         merged = dict(base.lanes)
@@ -152,7 +160,8 @@ class DispatchConfig:
             merged[lane] = LaneConfig(rate if rate_given else old.rate,
                                       old.concurrency if lane_concurrency is None else lane_concurrency)
         return cls(concurrency=base.concurrency if concurrency is None else concurrency, lanes=merged,
-                   over_quota_share=base.over_quota_share if over_quota_share is None else over_quota_share)
+                   over_quota_share=base.over_quota_share if over_quota_share is None else over_quota_share,
+                   connect_timeout_s=connect_timeout_s)
 
 
 def parse_lane(text: str, base: LaneConfig) -> LaneConfig:

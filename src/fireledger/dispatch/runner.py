@@ -10,22 +10,17 @@ leases the fire until the attempt's deadline plus a margin; a runner killed mid-
 lease to expire and another runner (or this one restarted) picks the fire up as a further attempt
 under the same key.
 
-Outcomes: 2xx ``delivered``; 408/429/5xx/connection errors retried with bounded, jittered backoff
-(truncated at the trigger's next instant) in the fire's own lane, each attempt charged to the
-tenant's quota; other 4xx/3xx ``failed`` with the status as cause; a timeout is attempt result
-``unknown`` — retried under the same key while attempts remain, and the fire ends ``unknown`` when
-they run out.
+Outcomes and what each settles to: :mod:`fireledger.dispatch.settling`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -35,17 +30,16 @@ from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
-from fireledger.domain.instants import after_us
 from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob, Fire, Lane
+from fireledger.domain.model import DispatchJob, Lane
 from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS
-from fireledger.recurrence import RecurrenceError, format_instant
+from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
 from fireledger.settings import Settings
 from fireledger.store import Settlement, SqlStore
-from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, RankCache, ShapedDecision
+from fireledger.store.dispatching import ClaimedJob, ClaimResult, RankCache
 
 from . import shaping
 from .credentials import KeyRingFile, authorization_header, body_sha256, mint
@@ -53,7 +47,9 @@ from .http import HttpRequest, HttpResult, HttpSender
 from .internal import PREFIX as INTERNAL_PREFIX
 from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .retry import retry_plan
+from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error
+
+__all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
 log = logging.getLogger("fireledger.dispatch")
 
@@ -64,100 +60,6 @@ ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts start
                          ["lane", "admission"], registry=METRICS.registry)
 WAITING = Gauge("fireledger_dispatch_waiting", "Due fires offered but left waiting at the last claim round, "
                 "by class (what is being shed)", ["node", "admission"], registry=METRICS.registry)
-
-
-def decode_payload(tenant_id: str, payload: bytes) -> Any:
-    """The payload of a version as sent to a target (the one place the dispatch path reads it)."""
-    return json.loads(payload) if payload else {}
-
-
-def dispatch_body(job: DispatchJob, key: str) -> bytes:
-    """The JSON body of an HTTP dispatch (DESIGN.md §4)."""
-    f = job.fire
-    payload = decode_payload(f.tenant_id, job.payload)
-    return json.dumps({
-        "fire_key": key, "trigger_id": f.trigger_id,
-        "scheduled_instant": format_instant(from_us(f.scheduled_us)),
-        "attempt": job.attempt, "lane": f.lane, "kind": f.kind, "version": f.version,
-        "payload": payload,
-    }, separators=(",", ":")).encode()
-
-
-def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
-           until_next_s: float | None = None) -> Settlement:
-    """Pure: from an attempt's result to the fire's next state (terminal, or pending + retry time).
-
-    ``until_next_s`` is the time left before the trigger's next scheduled instant: retries are
-    truncated there, so one fire's retries never overlap the next fire. Whatever the target answered,
-    the retry instant is within ``RETRY_AFTER_MAX_S`` (or the backoff cap) of ``now_us`` and inside
-    the representable range (:func:`fireledger.domain.instants.after_us`); a ``Retry-After`` that is
-    not a finite number ``>= 0`` is ignored.
-    """
-    status = res.http_status
-    if res.outcome == "delivered":
-        return Settlement(job, "delivered", status, None, "delivered", None, None)
-    if res.outcome == "failed":
-        cause = f"failed: HTTP {status} is final" if status else f"failed: {res.error}"
-        return Settlement(job, "failed", status, res.error, "failed", cause, None)
-    ra = res.retry_after_s
-    if ra is not None and not (isinstance(ra, int | float) and math.isfinite(ra) and ra >= 0):
-        ra = None
-    nxt = until_next_s if until_next_s is None or math.isfinite(until_next_s) else None
-    delay = retry_plan(job.attempt, max_attempts=job.policies.max_attempts, jitter=jitter,
-                       next_scheduled=nxt, retry_after_s=ra)
-    what = f"HTTP {status}" if status else (res.error or "no answer")
-    if delay is None:
-        if res.outcome == "unknown":
-            return Settlement(job, "unknown", status, res.error, "unknown",
-                              f"unknown: no answer within {job.policies.timeout_s:g}s and no attempts left", None)
-        return Settlement(job, res.outcome, status, res.error, "failed",
-                          f"failed: retries exhausted after {job.attempt} attempts (last: {what})", None)
-    return Settlement(job, res.outcome, status, res.error, "pending", None, after_us(now_us, delay))
-
-
-def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException) -> Settlement:
-    """The settlement of an attempt during which this process raised ``exc`` unexpectedly: never
-    nothing (an attempt that settles nothing would be re-leased forever). The cause names the
-    exception class only (its message may carry payload data). The fire ends ``unknown`` when the
-    request may have reached the target (``res.sent``), else ``failed``: a bug or a broken part of
-    this process is not something a retry under the same key can be expected to fix."""
-    what = type(exc).__name__
-    if res is not None and res.sent:
-        return Settlement(job, "unknown", res.http_status, f"dispatch error: {what}", "unknown",
-                          f"unknown: the attempt was sent, then this process failed ({what})", None)
-    return Settlement(job, "failed", None, f"dispatch error: {what}", "failed",
-                      f"failed: not sent: the dispatch process failed preparing the attempt ({what})", None)
-
-
-def _candidate(f: Fire) -> shaping.Candidate:
-    return shaping.Candidate(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq, f.lane)
-
-
-class _Shaper:
-    """Adapts a claim transaction's snapshot to :func:`shaping.shape` (with this round's capacity)."""
-
-    def __init__(self, config: DispatchConfig, capacity: shaping.Capacity) -> None:
-        self.config = config
-        self.capacity = capacity
-
-    def bucket_keys(self, candidates: Mapping[str, Sequence[Fire]]) -> list[str]:
-        return shaping.bucket_keys({lane: [_candidate(f) for f in fs] for lane, fs in candidates.items()},
-                                   self.config)
-
-    def decide(self, snapshot: ClaimSnapshot) -> ShapedDecision:
-        by_key: dict[tuple[str, str, int, int], Fire] = {}
-        cands: dict[str, list[shaping.Candidate]] = {}
-        for lane, fires in snapshot.candidates.items():
-            out = cands[lane] = []
-            for f in fires:
-                c = _candidate(f)
-                by_key[c.key] = f
-                out.append(c)
-        quotas = {t: shaping.TenantQuota(*q) for t, q in snapshot.quotas.items()}
-        plan = shaping.shape(snapshot.now_us, cands, quotas, snapshot.inflight, snapshot.tats, self.capacity,
-                             self.config)
-        return ShapedDecision([(by_key[c.key], a.value) for c, a in plan.admitted], plan.tats, plan.wake_us,
-                              plan.waiting)
 
 
 def check_env(env: Mapping[str, str] | None = None) -> DispatchConfig:
@@ -443,11 +345,17 @@ class Dispatcher:
 
     # --- stepping (tests and tools drive the dispatcher like TimingLoop.tick()) ------------------
 
+    def _new_sender(self) -> HttpSender:
+        """The process's HTTP sender: ``concurrency`` connections, per origin an adaptive limit of at
+        most 64 (decision 0116), the connect timeout of the config (decision 0117)."""
+        return HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64), egress=self.egress,
+                          connect_timeout_s=self.config.connect_timeout_s)
+
     def _stepping(self) -> ThreadPoolExecutor:
         if self._running:
             raise RuntimeError("the stepping API cannot be used while run() is running")
         if self.sender is None:
-            self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64))
+            self.sender = self._new_sender()
             self._own_step_sender = True
         if self._step_executor is None:
             self._step_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-step")
@@ -528,8 +436,7 @@ class Dispatcher:
         self._flush_event = asyncio.Event()
         own_sender = self.sender is None
         if self.sender is None:
-            self.sender = HttpSender(limit=self.concurrency, limit_per_host=min(self.concurrency, 64),
-                                     egress=self.egress)
+            self.sender = self._new_sender()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-store")
         flusher = asyncio.create_task(self._flusher(loop, executor))
         tasks = self._tasks

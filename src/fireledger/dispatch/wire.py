@@ -1,8 +1,9 @@
-"""A lean HTTP/1.1 client for the dispatch plane: one POST per exchange over pooled keep-alive
-connections (docs/decisions/0075-lean-http-sender.md).
+"""A lean HTTP/1.1 client for the dispatch plane, the bytes part: one POST per exchange over a
+keep-alive connection (docs/decisions/0075-lean-http-sender.md).
 
 :class:`HttpSender <fireledger.dispatch.http.HttpSender>` owns the contract (outcomes, headers,
-timeouts); this module only moves bytes:
+timeouts); :class:`~fireledger.dispatch.pool.Pool` keeps the connections; this module only moves
+bytes:
 
 * :func:`parse_target` turns a URL into a :class:`Target` once (origin, request-line prefix);
   :func:`request_bytes` assembles status line, headers and body into one ``bytes`` for one
@@ -10,73 +11,69 @@ timeouts); this module only moves bytes:
 * :class:`Connection` is an ``asyncio.Protocol`` whose responses are parsed by httptools'
   ``HttpResponseParser`` (llhttp, in C): the head (status, ``Retry-After``, ``Date``) wakes the
   sender, the body is counted and discarded, and a body past the cap closes the connection.
-* :class:`Pool` keeps idle keep-alive connections per origin (scheme, host, port), caps the
-  connections in use (``limit`` in all, ``limit_per_host`` per origin) with a FIFO of waiters, and
-  opens new connections through the egress guard (invariant 12): a host name is resolved by
-  :class:`~fireledger.security.egress.GuardedResolver` (refused as a whole when any address is),
-  an IP literal is checked by the policy, and each socket is opened by
-  :func:`~fireledger.security.egress.guarded_socket_factory` to a vetted address only (happy
-  eyeballs over those addresses, as aiohttp does); TLS keeps SNI and certificate verification.
-
-:meth:`Pool.post` raises :class:`ExchangeError` (with ``sent`` and a ``kind``) for everything the
-network or the peer does, ``EgressRefused``/``ValueError`` for what cannot be sent, and lets
-``CancelledError`` through (the connection in use is closed).
+* :func:`tcp_acked` reads, where the kernel tells (Linux ``TCP_INFO``), how many bytes the peer's
+  TCP has acknowledged on a connection: the evidence that a request reached the receiver's host
+  at all (docs/decisions/0115-unacknowledged-request-is-not-sent.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import ipaddress
 import select
 import socket
-import ssl
+import struct
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-import aiohappyeyeballs
 import httptools
 import yarl
-from aiohttp.abc import AbstractResolver
 
 from fireledger.errors import FireledgerError
-from fireledger.security.egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_socket_factory
+from fireledger.security.egress import EgressRefused
 
 __all__ = [
     "KEEPALIVE_S",
     "AddressNotVerified",
     "Connection",
     "ExchangeError",
-    "Pool",
     "Reply",
     "Target",
     "parse_target",
     "request_bytes",
+    "tcp_acked",
 ]
 
 #: An idle pooled connection older than this is closed rather than reused (aiohttp's default too).
 KEEPALIVE_S = 15.0
-#: A host name's vetted addresses are reused for new connections this long (aiohttp's default too).
-DNS_TTL_S = 10.0
 #: Largest response head (status line and headers, interim heads included) read from a target; a
 #: longer one fails the exchange as a protocol error (the parser would otherwise buffer it whole
 #: until the attempt's deadline: decision 0092).
 RESPONSE_HEAD_MAX_BYTES = 64 * 1024
-HAPPY_EYEBALLS_DELAY_S = 0.25
-_TARGET_CACHE_MAX = 4096
+
+# struct tcp_info (linux/tcp.h): tcpi_state is byte 0, tcpi_bytes_acked a u64 at offset 120 (kernels
+# >= 4.1); a shorter answer gives no evidence.
+_TCP_INFO_LEN = 232
+_TCPI_BYTES_ACKED = 120
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux") else None
 
 # RFC 9110 token characters: what a header field name may consist of.
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 Origin = tuple[str, str, int]   # (scheme, host, port)
-ErrorKind = Literal["timeout", "connect", "closed", "protocol"]
+ErrorKind = Literal["timeout", "connect", "unacked", "dns", "closed", "protocol"]
 
 
 class ExchangeError(FireledgerError):
-    """The exchange did not produce a response head. ``sent``: the request bytes were handed to an
-    open connection. ``kind``: ``timeout`` (the deadline passed), ``connect`` (DNS, TCP or TLS),
-    ``closed`` (the peer or the sender closed the connection), ``protocol`` (not HTTP/1.x)."""
+    """The exchange did not produce a response head. ``sent``: the request may have reached the
+    receiver (its bytes were handed to an open connection, and the kernel did not show that none
+    of them was acknowledged). ``kind``: ``timeout`` (the deadline passed), ``connect`` (TCP or
+    TLS: refused, reset, or not established within the connect timeout), ``unacked`` (written, but
+    the receiver's TCP acknowledged none of it within the connect timeout: never accepted; always
+    ``sent=False``), ``dns`` (the name did not resolve), ``closed`` (the peer or the sender closed
+    the connection), ``protocol`` (not HTTP/1.x)."""
 
     def __init__(self, kind: ErrorKind, message: str, *, sent: bool) -> None:
         super().__init__(message)
@@ -159,17 +156,19 @@ _IDLE, _HEAD, _BODY, _DONE, _FAILED = range(5)
 class Connection(asyncio.Protocol):
     """One HTTP/1.1 connection; one request at a time (no pipelining)."""
 
-    __slots__ = ("_expired", "_parser", "_pool", "body_left", "closed", "date", "error",
+    __slots__ = ("_expired", "_on_lost", "_parser", "acked_before", "body_left", "closed", "date", "error",
                  "fail_kind", "head_bytes", "idle_since", "interim", "keep_alive", "origin", "over_cap",
-                 "peer", "poller", "retry_after", "state", "status", "transport", "waiter")
+                 "peer", "poller", "retry_after", "sock", "state", "status", "transport", "waiter")
 
-    def __init__(self, pool: Pool, origin: Origin) -> None:
-        self._pool = pool
+    def __init__(self, on_lost: Callable[[Connection], None], origin: Origin) -> None:
+        self._on_lost = on_lost   # the pool forgets the connection (called once it is closed)
         self.origin = origin
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None   # the address connected to (checked against pinned addresses)
         self.poller: Any = None
+        self.sock: Any = None        # the transport's socket (TCP_INFO is read from it)
+        self.acked_before: int | None = None   # tcp_acked() just before the request was written
         self.state = _IDLE
         self.waiter: asyncio.Future[None] | None = None
         self.status = 0
@@ -192,7 +191,7 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)   # uvloop's are not subclasses
         peer = transport.get_extra_info("peername")
         self.peer = _norm(str(peer[0])) if peer else None
-        sock = transport.get_extra_info("socket")
+        sock = self.sock = transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
         if fd >= 0:   # a poll set of this one socket: readable while idle = EOF or stray bytes
             self.poller = select.poll()
@@ -206,7 +205,7 @@ class Connection(asyncio.Protocol):
         elif self.state == _BODY:   # a body delimited by the end of the connection, or cut short
             self.keep_alive = False
             self._finish()
-        self._pool._forget(self)
+        self._on_lost(self)
 
     def eof_received(self) -> bool | None:
         return None   # close the transport: connection_lost ends what is in progress
@@ -287,6 +286,72 @@ class Connection(asyncio.Protocol):
 
     # --- used by Pool.post ----------------------------------------------------------------------
 
+    async def exchange(self, loop: asyncio.AbstractEventLoop, data: bytes, deadline: float, body_cap: int,
+                       ack_bound_s: float) -> Reply:
+        """Write ``data`` and wait for the response head until ``deadline`` (a ``loop.time()``),
+        then for the end of the body (at most ``body_cap`` bytes) within what is left. Raises
+        :class:`ExchangeError` when no head arrived: ``sent=True`` unless the kernel shows that the
+        receiver's TCP acknowledged none of the request — checked ``ack_bound_s`` after the write
+        (kind ``unacked``, abandoned then) and at the deadline — where it is ``sent=False``."""
+        transport = self.transport
+        assert transport is not None
+        self.state = _HEAD
+        self.status = 0
+        self.interim = self.over_cap = self.keep_alive = self._expired = False
+        self.body_left = body_cap
+        self.head_bytes = 0
+        self.error = None
+        waiter = self.waiter = loop.create_future()
+        self.acked_before = tcp_acked(self.sock)
+        transport.write(data)   # the request is handed to the connection: the target may see it
+        timer = loop.call_at(deadline, self.expire)
+        check = None
+        if self.acked_before is not None and loop.time() + ack_bound_s < deadline:
+            check = loop.call_later(ack_bound_s, self._check_acked, ack_bound_s)
+        try:
+            if self.state == _HEAD and not self.closed:
+                await waiter
+            if self.state == _HEAD:
+                if self.closed:   # closed without a word before the write was noticed
+                    raise ExchangeError("closed", "the connection was closed before the response", sent=True)
+                if self.unacknowledged():
+                    raise ExchangeError("unacked", "no response before the deadline, and the receiver's TCP "
+                                        "acknowledged none of the request: it never reached the receiver",
+                                        sent=False)
+                raise ExchangeError("timeout", "no response head before the deadline", sent=True)
+            if self.state == _FAILED:
+                raise ExchangeError(self.fail_kind, self.error or "failed", sent=self.fail_kind != "unacked")
+            reply = Reply(self.status,
+                          self.retry_after.decode("latin-1") if self.retry_after is not None else None,
+                          self.date.decode("latin-1") if self.date is not None else None)
+            if self.state == _BODY and not self._expired:
+                waiter = self.waiter = loop.create_future()
+                await waiter
+            return reply   # a body that did not end in time leaves the state _BODY: the pool closes it
+        finally:
+            timer.cancel()
+            if check is not None:
+                check.cancel()
+
+    def _check_acked(self, bound_s: float) -> None:
+        if self.state == _HEAD and self.unacknowledged():
+            self._fail(f"the receiver's TCP acknowledged none of the request within {bound_s:g}s: the "
+                       f"connection was never accepted (its accept queue may be full)", kind="unacked")
+
+    def reusable(self) -> bool:
+        """The exchange ended cleanly on a keep-alive connection: it may carry the next request."""
+        return self.state == _DONE and self.keep_alive and not self.closed
+
+    def park(self, now: float) -> None:
+        """The connection goes back to the pool, idle since ``now``."""
+        self.state = _IDLE
+        self.waiter = None
+        self.idle_since = now
+
+    @property
+    def idle(self) -> bool:
+        return self.state == _IDLE
+
     def _wake(self) -> None:
         w = self.waiter
         if w is not None and not w.done():
@@ -306,6 +371,17 @@ class Connection(asyncio.Protocol):
         """The deadline passed (a timer callback)."""
         self._expired = True
         self._wake()
+
+    def unacknowledged(self) -> bool:
+        """The kernel shows that no byte of the request in progress reached the receiver's host:
+        nothing of the response arrived and the peer's TCP acknowledged no byte written since
+        :attr:`acked_before` was read. False when there is no such evidence (not Linux, no
+        ``TCP_INFO``, the socket gone): the caller keeps the rule for a written request."""
+        if self.acked_before is None or self.state != _HEAD or self.closed:
+            return False
+        if self.head_bytes or self.interim:
+            return False   # the receiver has answered something
+        return tcp_acked(self.sock) == self.acked_before
 
     def abort(self) -> None:
         self.closed = True
@@ -328,6 +404,21 @@ class Connection(asyncio.Protocol):
         return True
 
 
+def tcp_acked(sock: Any) -> int | None:
+    """Bytes the peer's TCP has acknowledged on the TCP socket ``sock`` since the connection
+    began (the SYN counts as one), from Linux ``TCP_INFO`` (``tcpi_bytes_acked``); ``None`` where
+    the platform or the socket gives no such figure."""
+    if _TCP_INFO is None or sock is None:
+        return None
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    if len(raw) < _TCPI_BYTES_ACKED + 8:
+        return None
+    return int(struct.unpack_from("=Q", raw, _TCPI_BYTES_ACKED)[0])
+
+
 def _norm(address: str) -> str:
     """An address in its canonical text form (no zone), for comparison with pinned addresses."""
     try:
@@ -343,320 +434,3 @@ def _describe(exc: BaseException | None) -> str:
     name = type(exc).__name__
     out = f"{name}: {text}" if text else name
     return out if len(out) <= 160 else out[:157] + "..."
-
-
-class Pool:
-    """Keep-alive connections per origin, ``limit`` in use at once (``limit_per_host`` per origin,
-    0 = no per-origin cap). Idle connections count against ``limit`` too: opening a new one when
-    ``limit`` are open closes the oldest idle one. Bound to ``loop``."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, limit: int, limit_per_host: int,
-                 policy: EgressPolicy, ssl_context: ssl.SSLContext | None,
-                 resolver: AbstractResolver | None = None) -> None:
-        self.loop = loop
-        self._limit = limit
-        self._per_host = limit_per_host
-        self._policy = policy
-        self._resolver = GuardedResolver(policy, resolver)
-        self._socket_factory: Callable[[tuple[Any, ...]], socket.socket] = guarded_socket_factory(policy)
-        self._ssl_context = ssl_context
-        self._in_use = 0
-        self._host_use: dict[Origin, int] = {}
-        self._idle: dict[Origin, list[Connection]] = {}
-        self._idle_count = 0
-        self._all: set[Connection] = set()
-        self._waiters: collections.deque[tuple[Origin, asyncio.Future[bool]]] = collections.deque()
-        self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
-        self._sweep: asyncio.TimerHandle | None = None
-        self._closed = False
-
-    # --- slots ----------------------------------------------------------------------------------
-
-    def _can_take(self, origin: Origin) -> bool:
-        if self._in_use >= self._limit:
-            return False
-        return not self._per_host or self._host_use.get(origin, 0) < self._per_host
-
-    def _take(self, origin: Origin) -> None:
-        self._in_use += 1
-        self._host_use[origin] = self._host_use.get(origin, 0) + 1
-
-    def _give_back(self, origin: Origin) -> None:
-        self._in_use -= 1
-        left = self._host_use[origin] - 1
-        if left:
-            self._host_use[origin] = left
-        else:
-            del self._host_use[origin]
-        if self._waiters:
-            self._wake_waiters()
-
-    def _wake_waiters(self) -> None:
-        ws = self._waiters
-        blocked: list[tuple[Origin, asyncio.Future[bool]]] = []
-        while ws and self._in_use < self._limit:
-            origin, fut = ws.popleft()
-            if fut.done():
-                continue
-            if self._per_host and self._host_use.get(origin, 0) >= self._per_host:
-                blocked.append((origin, fut))
-                continue
-            self._take(origin)   # the slot is handed over: nobody arriving later can take it
-            fut.set_result(True)
-        ws.extendleft(reversed(blocked))
-
-    async def _wait_slot(self, origin: Origin, deadline: float) -> None:
-        fut: asyncio.Future[bool] = self.loop.create_future()
-        self._waiters.append((origin, fut))
-        timer = self.loop.call_at(deadline, _expire_waiter, fut)
-        try:
-            granted = await fut
-        except BaseException:
-            if fut.done() and not fut.cancelled() and fut.result():
-                self._give_back(origin)   # granted, then cancelled before it was used
-            raise
-        finally:
-            timer.cancel()
-        if not granted:
-            raise ExchangeError("timeout", "timed out waiting for a free connection", sent=False)
-        if self._closed:
-            self._give_back(origin)
-            raise ExchangeError("closed", "the sender was closed", sent=False)
-
-    # --- idle connections -----------------------------------------------------------------------
-
-    def _pop_idle(self, origin: Origin, pins: frozenset[str] | None = None) -> Connection | None:
-        stack = self._idle.get(origin)
-        if not stack:
-            return None
-        now = self.loop.time()
-        for i in range(len(stack) - 1, -1, -1):   # the most recently used first: the least likely stale
-            conn = stack[i]
-            if pins is not None and conn.peer not in pins and conn.usable(now):
-                continue   # open to an address this attempt may not use: left for others
-            del stack[i]
-            self._idle_count -= 1
-            if conn.usable(now):
-                return conn
-            conn.abort()
-        return None
-
-    def _put_idle(self, conn: Connection) -> None:
-        conn.state = _IDLE
-        conn.waiter = None
-        conn.idle_since = self.loop.time()
-        self._idle.setdefault(conn.origin, []).append(conn)
-        self._idle_count += 1
-        if self._sweep is None:
-            self._sweep = self.loop.call_later(KEEPALIVE_S, self._sweep_idle)
-
-    def _sweep_idle(self) -> None:
-        self._sweep = None
-        cutoff = self.loop.time() - KEEPALIVE_S
-        for origin, stack in list(self._idle.items()):
-            keep = [c for c in stack if c.idle_since > cutoff and not c.closed]
-            for c in stack:
-                if c not in keep:
-                    c.abort()
-            self._idle_count -= len(stack) - len(keep)
-            if keep:
-                self._idle[origin] = keep
-            else:
-                del self._idle[origin]
-        if self._idle_count and not self._closed:
-            self._sweep = self.loop.call_later(KEEPALIVE_S, self._sweep_idle)
-
-    def _make_room(self) -> None:
-        """Close the oldest idle connection while ``limit`` connections are open."""
-        while self._idle_count and self._in_use + self._idle_count > self._limit:
-            oldest: Connection | None = None
-            for stack in self._idle.values():
-                if stack and (oldest is None or stack[0].idle_since < oldest.idle_since):
-                    oldest = stack[0]
-            if oldest is None:
-                return
-            self._idle[oldest.origin].pop(0)
-            if not self._idle[oldest.origin]:
-                del self._idle[oldest.origin]
-            self._idle_count -= 1
-            oldest.abort()
-
-    def _forget(self, conn: Connection) -> None:
-        """``conn`` is closed (called from connection_lost)."""
-        self._all.discard(conn)
-        if conn.state == _IDLE:
-            stack = self._idle.get(conn.origin)
-            if stack and conn in stack:
-                stack.remove(conn)
-                self._idle_count -= 1
-                if not stack:
-                    del self._idle[conn.origin]
-
-    # --- connecting -----------------------------------------------------------------------------
-
-    async def _addr_infos(self, target: Target, pins: frozenset[str] | None = None) -> list[tuple[Any, ...]]:
-        infos = await self._resolved(target)
-        if pins is None or target.ip is not None:
-            return infos
-        kept = [i for i in infos if _norm(str(i[4][0])) in pins]
-        if not kept:
-            _scheme, host, _port = target.origin
-            now_at = ", ".join(sorted({str(i[4][0]) for i in infos}))
-            raise AddressNotVerified(
-                f"egress refused: {host} now resolves to {now_at}, none of the addresses its ownership was "
-                f"verified at ({', '.join(sorted(pins))}); verify the target again")
-        return kept
-
-    async def _resolved(self, target: Target) -> list[tuple[Any, ...]]:
-        _scheme, host, port = target.origin
-        if target.ip is not None:
-            self._policy.check(host, target.ip)   # an IP literal is not resolved: vet it here
-            family = socket.AF_INET6 if ":" in target.ip else socket.AF_INET
-            addr = (target.ip, port, 0, 0) if family == socket.AF_INET6 else (target.ip, port)
-            return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)]
-        key = (host, port)
-        now = self.loop.time()
-        hit = self._dns.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        try:
-            hosts = await self._resolver.resolve(host, port, family=socket.AF_UNSPEC)
-        except OSError as exc:
-            raise ExchangeError("connect", f"cannot resolve {host}: {_describe(exc)}", sent=False) from None
-        infos = []
-        for h in hosts:
-            fam = h["family"]
-            addr = (h["host"], h["port"], 0, 0) if fam == socket.AF_INET6 else (h["host"], h["port"])
-            infos.append((fam, socket.SOCK_STREAM, h["proto"] or socket.IPPROTO_TCP, "", addr))
-        if len(self._dns) > 1024:
-            self._dns.clear()
-        self._dns[key] = (now + DNS_TTL_S, infos)
-        return infos
-
-    async def _connect(self, target: Target, deadline: float, pins: frozenset[str] | None = None) -> Connection:
-        scheme, host, port = target.origin
-        try:
-            async with asyncio.timeout_at(deadline):
-                infos = await self._addr_infos(target, pins)
-                self._policy.check_scheme(host, scheme)   # after the address: its reason is the graver
-                try:
-                    sock = await aiohappyeyeballs.start_connection(
-                        infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
-                        socket_factory=self._socket_factory)
-                except (OSError, RuntimeError) as exc:   # uvloop may say RuntimeError
-                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
-                                        sent=False) from None
-                conn = Connection(self, target.origin)
-                ctx: ssl.SSLContext | None = None
-                if target.tls:
-                    if self._ssl_context is None:
-                        self._ssl_context = ssl.create_default_context()
-                    ctx = self._ssl_context
-                try:
-                    await self.loop.create_connection(
-                        lambda: conn, sock=sock, ssl=ctx,
-                        server_hostname=target.server_hostname if ctx is not None else None)
-                except (OSError, RuntimeError) as exc:   # ssl.SSLError is an OSError
-                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
-                                        sent=False) from None
-        except TimeoutError:
-            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
-        self._all.add(conn)
-        if self._closed:
-            conn.abort()
-            raise ExchangeError("closed", "the sender was closed", sent=False)
-        return conn
-
-    # --- the exchange ---------------------------------------------------------------------------
-
-    async def post(self, target: Target, data: bytes, deadline: float, body_cap: int,
-                   pins: frozenset[str] | None = None) -> Reply:
-        """Write ``data`` on a pooled or new connection to ``target`` and wait for the response
-        head (until ``deadline``, a ``loop.time()``), then read and discard at most ``body_cap``
-        body bytes within what is left. Raises :class:`ExchangeError` when no head arrived.
-        ``pins``: the only addresses a host name may be reached at (the ones its ownership was
-        verified at); when it resolves to none of them, :class:`AddressNotVerified` is raised and
-        nothing is sent. Ignored for an IP-literal host (the URL names the address)."""
-        if self._closed:
-            raise ExchangeError("closed", "the sender was closed", sent=False)
-        origin = target.origin
-        if self._can_take(origin):   # a free slot has no eligible waiter (_wake_waiters hands over)
-            self._take(origin)
-        else:
-            await self._wait_slot(origin, deadline)
-        conn: Connection | None = None
-        try:
-            conn = self._pop_idle(origin, pins if target.ip is None else None)
-            if conn is None:
-                self._make_room()
-                conn = await self._connect(target, deadline, pins)
-            reply = await self._exchange(conn, data, deadline, body_cap)
-        except BaseException:
-            if conn is not None:
-                conn.abort()
-            self._give_back(origin)
-            raise
-        if conn.state == _DONE and conn.keep_alive and not conn.closed and not self._closed:
-            self._put_idle(conn)
-        else:
-            conn.abort()
-        self._give_back(origin)
-        return reply
-
-    async def _exchange(self, conn: Connection, data: bytes, deadline: float, body_cap: int) -> Reply:
-        transport = conn.transport
-        assert transport is not None
-        conn.state = _HEAD
-        conn.status = 0
-        conn.interim = False
-        conn.over_cap = False
-        conn.keep_alive = False
-        conn.body_left = body_cap
-        conn.head_bytes = 0
-        conn.error = None
-        conn._expired = False
-        waiter = conn.waiter = self.loop.create_future()
-        transport.write(data)   # the request is handed to the connection: the target may see it
-        timer = self.loop.call_at(deadline, conn.expire)
-        try:
-            if conn.state == _HEAD and not conn.closed:
-                await waiter
-            if conn.state == _HEAD:
-                if conn.closed:   # closed without a word before the write was noticed
-                    raise ExchangeError("closed", "the connection was closed before the response", sent=True)
-                raise ExchangeError("timeout", "no response head before the deadline", sent=True)
-            if conn.state == _FAILED:
-                raise ExchangeError(conn.fail_kind, conn.error or "failed", sent=True)
-            reply = Reply(conn.status,
-                          conn.retry_after.decode("latin-1") if conn.retry_after is not None else None,
-                          conn.date.decode("latin-1") if conn.date is not None else None)
-            if conn.state == _BODY and not conn._expired:
-                waiter = conn.waiter = self.loop.create_future()
-                await waiter
-            return reply   # a body that did not end in time leaves the state _BODY: post closes it
-        finally:
-            timer.cancel()
-
-    async def close(self) -> None:
-        """Close every connection (idle and in use) and release the waiters. Idempotent."""
-        self._closed = True
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        for conn in list(self._all):
-            conn.abort()
-        self._all.clear()
-        self._idle.clear()
-        self._idle_count = 0
-        while self._waiters:
-            _origin, fut = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(True)   # woken to find the pool closed (see _wait_slot)
-                self._take(_origin)
-        await self._resolver.close()
-        await asyncio.sleep(0)   # let the transports run connection_lost
-
-
-def _expire_waiter(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)

@@ -1,0 +1,401 @@
+"""The dispatch plane's connection pool: keep-alive HTTP/1.1 connections per origin, opened through
+the egress guard, with an adaptive limit per origin (docs/decisions/0075-lean-http-sender.md,
+0115-unacknowledged-request-is-not-sent.md, 0116-adaptive-origin-limits.md).
+
+* :class:`Pool` keeps idle keep-alive connections per origin (scheme, host, port), caps the
+  connections in use (``limit`` in all; per origin an :class:`~fireledger.dispatch.limiter.
+  AdaptiveLimit` that starts small, grows while the receiver keeps up and halves when it cannot
+  take more, never above ``limit_per_host``) with a FIFO of waiters, and opens new connections
+  through the egress guard (invariant 12): a host name is resolved by
+  :class:`~fireledger.security.egress.GuardedResolver` (refused as a whole when any address is),
+  an IP literal is checked by the policy, and each socket is opened by
+  :func:`~fireledger.security.egress.guarded_socket_factory` to a vetted address only (happy
+  eyeballs over those addresses, as aiohttp does); TLS keeps SNI and certificate verification.
+* A connection must be established within ``connect_timeout_s``, and a request written on it
+  must be acknowledged by the receiver's TCP within the same bound (Linux ``TCP_INFO``): a
+  receiver whose accept queue is full completes the handshake on the client's side only and drops
+  what follows, so such a request never reached it and is abandoned early as not sent.
+
+:meth:`Pool.post` raises :class:`~fireledger.dispatch.wire.ExchangeError` (with ``sent`` and a
+``kind``) for everything the network or the peer does, ``EgressRefused``/``ValueError`` for what
+cannot be sent, and lets ``CancelledError`` through (the connection in use is closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import aiohappyeyeballs
+from aiohttp.abc import AbstractResolver
+
+from fireledger.security.egress import EgressPolicy, GuardedResolver, guarded_socket_factory
+
+from .limiter import AdaptiveLimit
+from .wire import (
+    KEEPALIVE_S,
+    AddressNotVerified,
+    Connection,
+    ExchangeError,
+    Origin,
+    Reply,
+    Target,
+    _describe,
+    _norm,
+)
+
+__all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "INITIAL_ORIGIN_LIMIT", "Pool"]
+
+#: A host name's vetted addresses are reused for new connections this long (aiohttp's default too).
+DNS_TTL_S = 10.0
+HAPPY_EYEBALLS_DELAY_S = 0.25
+#: Default bound on establishing a connection and on the receiver's TCP acknowledging a request.
+CONNECT_TIMEOUT_S = 5.0
+#: Connections an origin's adaptive limit starts at (never above ``limit_per_host``).
+INITIAL_ORIGIN_LIMIT = 4
+_LIMITS_MAX = 1024
+#: Exchange errors that say the receiver could not take the request: the origin's limit is halved.
+_DROPS = frozenset({"connect", "unacked", "timeout"})
+
+class Pool:
+    """Keep-alive connections per origin, ``limit`` in use at once; per origin at most what its
+    adaptive limit allows (:mod:`fireledger.dispatch.limiter`, never above ``limit_per_host``;
+    0 = capped by ``limit`` only). Idle connections count against ``limit`` too: opening a new one
+    when ``limit`` are open closes the oldest idle one. Requests beyond the limits wait, first come
+    first served per origin. ``connect_timeout_s`` bounds establishing a connection and the
+    receiver's TCP acknowledging a request (never beyond the request's own deadline). Bound to
+    ``loop``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, limit: int, limit_per_host: int,
+                 policy: EgressPolicy, ssl_context: ssl.SSLContext | None,
+                 resolver: AbstractResolver | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 initial_origin_limit: int = INITIAL_ORIGIN_LIMIT) -> None:
+        self.loop = loop
+        self._limit = limit
+        self._per_host = limit_per_host
+        self.connect_timeout_s = connect_timeout_s
+        self._initial = initial_origin_limit
+        self._policy = policy
+        self._resolver = GuardedResolver(policy, resolver)
+        self._socket_factory: Callable[[tuple[Any, ...]], socket.socket] = guarded_socket_factory(policy)
+        self._ssl_context = ssl_context
+        self._in_use = 0
+        self._host_use: dict[Origin, int] = {}
+        self._limits: dict[Origin, AdaptiveLimit] = {}
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._idle_count = 0
+        self._all: set[Connection] = set()
+        self._waiters: dict[Origin, collections.deque[asyncio.Future[bool]]] = {}
+        self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    # --- slots ----------------------------------------------------------------------------------
+
+    def origin_limit(self, origin: Origin) -> AdaptiveLimit:
+        """The adaptive limit of ``origin`` (created at its initial value on first use)."""
+        lim = self._limits.get(origin)
+        if lim is None:
+            if len(self._limits) >= _LIMITS_MAX:   # forget origins with nothing in flight
+                for o in [o for o in self._limits if o not in self._host_use]:
+                    del self._limits[o]
+            cap = self._per_host or self._limit
+            lim = self._limits[origin] = AdaptiveLimit(maximum=min(cap, self._limit), initial=self._initial)
+        return lim
+
+    def _host_room(self, origin: Origin) -> bool:
+        return self._host_use.get(origin, 0) < self.origin_limit(origin).allowed
+
+    def _queued(self, origin: Origin) -> bool:
+        """Requests to ``origin`` are waiting (those that gave up are dropped from the head)."""
+        q = self._waiters.get(origin)
+        if q is None:
+            return False
+        while q and q[0].done():
+            q.popleft()
+        if not q:
+            del self._waiters[origin]
+            return False
+        return True
+
+    def _can_take(self, origin: Origin) -> bool:
+        return self._in_use < self._limit and not self._queued(origin) and self._host_room(origin)
+
+    def _take(self, origin: Origin) -> None:
+        self._in_use += 1
+        self._host_use[origin] = self._host_use.get(origin, 0) + 1
+
+    def _give_back(self, origin: Origin) -> None:
+        self._in_use -= 1
+        left = self._host_use[origin] - 1
+        if left:
+            self._host_use[origin] = left
+        else:
+            del self._host_use[origin]
+        if self._waiters:
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Hand free slots to waiters, first come first served within an origin (the slot is taken
+        for the waiter: nobody arriving later can take it)."""
+        for origin in list(self._waiters):
+            if self._in_use >= self._limit:
+                return
+            q = self._waiters[origin]
+            while q and self._in_use < self._limit and self._host_room(origin):
+                fut = q.popleft()
+                if not fut.done():
+                    self._take(origin)
+                    fut.set_result(True)
+            if not q:
+                del self._waiters[origin]
+
+    async def _wait_slot(self, origin: Origin, deadline: float) -> None:
+        fut: asyncio.Future[bool] = self.loop.create_future()
+        self._waiters.setdefault(origin, collections.deque()).append(fut)
+        timer = self.loop.call_at(deadline, _expire_waiter, fut)
+        try:
+            granted = await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.result():
+                self._give_back(origin)   # granted, then cancelled before it was used
+            raise
+        finally:
+            timer.cancel()
+        if not granted:
+            raise ExchangeError("timeout", "timed out waiting for a free connection", sent=False)
+        if self._closed:
+            self._give_back(origin)
+            raise ExchangeError("closed", "the sender was closed", sent=False)
+
+    # --- idle connections -----------------------------------------------------------------------
+
+    def _pop_idle(self, origin: Origin, pins: frozenset[str] | None = None) -> Connection | None:
+        stack = self._idle.get(origin)
+        if not stack:
+            return None
+        now = self.loop.time()
+        for i in range(len(stack) - 1, -1, -1):   # the most recently used first: the least likely stale
+            conn = stack[i]
+            if pins is not None and conn.peer not in pins and conn.usable(now):
+                continue   # open to an address this attempt may not use: left for others
+            del stack[i]
+            self._idle_count -= 1
+            if conn.usable(now):
+                return conn
+            conn.abort()
+        return None
+
+    def _put_idle(self, conn: Connection) -> None:
+        conn.park(self.loop.time())
+        self._idle.setdefault(conn.origin, []).append(conn)
+        self._idle_count += 1
+        if self._sweep is None:
+            self._sweep = self.loop.call_later(KEEPALIVE_S, self._sweep_idle)
+
+    def _sweep_idle(self) -> None:
+        self._sweep = None
+        cutoff = self.loop.time() - KEEPALIVE_S
+        for origin, stack in list(self._idle.items()):
+            keep = [c for c in stack if c.idle_since > cutoff and not c.closed]
+            for c in stack:
+                if c not in keep:
+                    c.abort()
+            self._idle_count -= len(stack) - len(keep)
+            if keep:
+                self._idle[origin] = keep
+            else:
+                del self._idle[origin]
+        if self._idle_count and not self._closed:
+            self._sweep = self.loop.call_later(KEEPALIVE_S, self._sweep_idle)
+
+    def _make_room(self) -> None:
+        """Close the oldest idle connection while ``limit`` connections are open."""
+        while self._idle_count and self._in_use + self._idle_count > self._limit:
+            oldest: Connection | None = None
+            for stack in self._idle.values():
+                if stack and (oldest is None or stack[0].idle_since < oldest.idle_since):
+                    oldest = stack[0]
+            if oldest is None:
+                return
+            self._idle[oldest.origin].pop(0)
+            if not self._idle[oldest.origin]:
+                del self._idle[oldest.origin]
+            self._idle_count -= 1
+            oldest.abort()
+
+    def _forget(self, conn: Connection) -> None:
+        """``conn`` is closed (called from connection_lost)."""
+        self._all.discard(conn)
+        if conn.idle:
+            stack = self._idle.get(conn.origin)
+            if stack and conn in stack:
+                stack.remove(conn)
+                self._idle_count -= 1
+                if not stack:
+                    del self._idle[conn.origin]
+
+    # --- connecting -----------------------------------------------------------------------------
+
+    async def _addr_infos(self, target: Target, pins: frozenset[str] | None = None) -> list[tuple[Any, ...]]:
+        infos = await self._resolved(target)
+        if pins is None or target.ip is not None:
+            return infos
+        kept = [i for i in infos if _norm(str(i[4][0])) in pins]
+        if not kept:
+            _scheme, host, _port = target.origin
+            now_at = ", ".join(sorted({str(i[4][0]) for i in infos}))
+            raise AddressNotVerified(
+                f"egress refused: {host} now resolves to {now_at}, none of the addresses its ownership was "
+                f"verified at ({', '.join(sorted(pins))}); verify the target again")
+        return kept
+
+    async def _resolved(self, target: Target) -> list[tuple[Any, ...]]:
+        _scheme, host, port = target.origin
+        if target.ip is not None:
+            self._policy.check(host, target.ip)   # an IP literal is not resolved: vet it here
+            family = socket.AF_INET6 if ":" in target.ip else socket.AF_INET
+            addr = (target.ip, port, 0, 0) if family == socket.AF_INET6 else (target.ip, port)
+            return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)]
+        key = (host, port)
+        now = self.loop.time()
+        hit = self._dns.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        try:
+            hosts = await self._resolver.resolve(host, port, family=socket.AF_UNSPEC)
+        except OSError as exc:
+            raise ExchangeError("dns", f"cannot resolve {host}: {_describe(exc)}", sent=False) from None
+        infos = []
+        for h in hosts:
+            fam = h["family"]
+            addr = (h["host"], h["port"], 0, 0) if fam == socket.AF_INET6 else (h["host"], h["port"])
+            infos.append((fam, socket.SOCK_STREAM, h["proto"] or socket.IPPROTO_TCP, "", addr))
+        if len(self._dns) > 1024:
+            self._dns.clear()
+        self._dns[key] = (now + DNS_TTL_S, infos)
+        return infos
+
+    async def _connect(self, target: Target, deadline: float, pins: frozenset[str] | None = None) -> Connection:
+        """A new connection to ``target``: resolved and vetted by the end of ``deadline``, then
+        established (TCP and TLS) within ``connect_timeout_s`` — a stalled connect (a receiver whose
+        accept queue is full drops the SYN) is a ``connect`` error, not a wait to the deadline."""
+        scheme, host, port = target.origin
+        try:
+            async with asyncio.timeout_at(deadline):
+                infos = await self._addr_infos(target, pins)
+                self._policy.check_scheme(host, scheme)   # after the address: its reason is the graver
+            return await self._open(target, infos, deadline)
+        except TimeoutError:
+            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
+
+    async def _open(self, target: Target, infos: list[tuple[Any, ...]], deadline: float) -> Connection:
+        _scheme, host, port = target.origin
+        bound = self.loop.time() + self.connect_timeout_s
+        stalled = bound < deadline   # the connect bound ends first: running out of it is the receiver's
+        try:
+            async with asyncio.timeout_at(min(bound, deadline)):
+                try:
+                    sock = await aiohappyeyeballs.start_connection(
+                        infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
+                        socket_factory=self._socket_factory)
+                except (OSError, RuntimeError) as exc:   # uvloop may say RuntimeError
+                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
+                                        sent=False) from None
+                conn = Connection(self._forget, target.origin)
+                ctx: ssl.SSLContext | None = None
+                if target.tls:
+                    if self._ssl_context is None:
+                        self._ssl_context = ssl.create_default_context()
+                    ctx = self._ssl_context
+                try:
+                    await self.loop.create_connection(
+                        lambda: conn, sock=sock, ssl=ctx,
+                        server_hostname=target.server_hostname if ctx is not None else None)
+                except (OSError, RuntimeError) as exc:   # ssl.SSLError is an OSError
+                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
+                                        sent=False) from None
+        except TimeoutError:
+            if stalled:
+                raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
+                                    f"{self.connect_timeout_s:g}s (connect timeout)", sent=False) from None
+            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
+        self._all.add(conn)
+        if self._closed:
+            conn.abort()
+            raise ExchangeError("closed", "the sender was closed", sent=False)
+        return conn
+
+    # --- the exchange ---------------------------------------------------------------------------
+
+    async def post(self, target: Target, data: bytes, deadline: float, body_cap: int,
+                   pins: frozenset[str] | None = None) -> Reply:
+        """Write ``data`` on a pooled or new connection to ``target`` and wait for the response
+        head (until ``deadline``, a ``loop.time()``), then read and discard at most ``body_cap``
+        body bytes within what is left. Raises :class:`ExchangeError` when no head arrived.
+        ``pins``: the only addresses a host name may be reached at (the ones its ownership was
+        verified at); when it resolves to none of them, :class:`AddressNotVerified` is raised and
+        nothing is sent. Ignored for an IP-literal host (the URL names the address). What came of
+        the exchange adjusts the origin's adaptive limit (:meth:`_observe`)."""
+        if self._closed:
+            raise ExchangeError("closed", "the sender was closed", sent=False)
+        origin = target.origin
+        if self._can_take(origin):   # a free slot has no eligible waiter (_wake_waiters hands over)
+            self._take(origin)
+        else:
+            await self._wait_slot(origin, deadline)
+        lim = self.origin_limit(origin)
+        epoch, inflight, started = lim.epoch, self._host_use.get(origin, 0), self.loop.time()
+        conn: Connection | None = None
+        try:
+            conn = self._pop_idle(origin, pins if target.ip is None else None)
+            if conn is None:
+                self._make_room()
+                conn = await self._connect(target, deadline, pins)
+            reply = await conn.exchange(self.loop, data, deadline, body_cap, self.connect_timeout_s)
+        except BaseException as exc:
+            if conn is not None:
+                conn.abort()
+            if isinstance(exc, ExchangeError) and exc.kind in _DROPS:
+                lim.on_drop(epoch)
+            self._give_back(origin)
+            raise
+        if reply.status == 429 or reply.status == 503:
+            lim.on_drop(epoch)
+        else:
+            lim.on_success(self.loop.time() - started, inflight)
+        if conn.reusable() and not self._closed:
+            self._put_idle(conn)
+        else:
+            conn.abort()
+        self._give_back(origin)
+        return reply
+
+    async def close(self) -> None:
+        """Close every connection (idle and in use) and release the waiters. Idempotent."""
+        self._closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for conn in list(self._all):
+            conn.abort()
+        self._all.clear()
+        self._idle.clear()
+        self._idle_count = 0
+        waiters, self._waiters = self._waiters, {}
+        for origin, q in waiters.items():
+            for fut in q:
+                if not fut.done():
+                    fut.set_result(True)   # woken to find the pool closed (see _wait_slot)
+                    self._take(origin)
+        await self._resolver.close()
+        await asyncio.sleep(0)   # let the transports run connection_lost
+
+
+def _expire_waiter(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)

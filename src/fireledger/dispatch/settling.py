@@ -1,0 +1,125 @@
+"""From an attempt's result to the fire's next state, and the pieces of an attempt that need no I/O:
+the body sent, the shaper a claim transaction calls. Pure functions (the runner,
+:mod:`fireledger.dispatch.runner`, does the I/O).
+
+Outcomes: 2xx ``delivered``; 408/429/5xx/connection errors (a request the receiver never got
+included) retried with bounded, jittered backoff (truncated at the trigger's next instant) in the
+fire's own lane; other 4xx/3xx ``failed`` with the status as cause; a timeout after the request may
+have reached the receiver is attempt result ``unknown`` — retried under the same key while attempts
+remain, and the fire ends ``unknown`` when they run out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fireledger.domain.instants import after_us
+from fireledger.domain.keys import from_us
+from fireledger.domain.model import DispatchJob, Fire
+from fireledger.recurrence import format_instant
+from fireledger.store import Settlement
+from fireledger.store.dispatching import ClaimSnapshot, ShapedDecision
+
+from . import shaping
+from .http import HttpResult
+from .lanes import DispatchConfig
+from .retry import retry_plan
+
+__all__ = ["decode_payload", "dispatch_body", "settle", "settle_on_error"]
+
+
+def decode_payload(tenant_id: str, payload: bytes) -> Any:
+    """The payload of a version as sent to a target (the one place the dispatch path reads it)."""
+    return json.loads(payload) if payload else {}
+
+
+def dispatch_body(job: DispatchJob, key: str) -> bytes:
+    """The JSON body of an HTTP dispatch (DESIGN.md §4)."""
+    f = job.fire
+    payload = decode_payload(f.tenant_id, job.payload)
+    return json.dumps({
+        "fire_key": key, "trigger_id": f.trigger_id,
+        "scheduled_instant": format_instant(from_us(f.scheduled_us)),
+        "attempt": job.attempt, "lane": f.lane, "kind": f.kind, "version": f.version,
+        "payload": payload,
+    }, separators=(",", ":")).encode()
+
+
+def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
+           until_next_s: float | None = None) -> Settlement:
+    """Pure: from an attempt's result to the fire's next state (terminal, or pending + retry time).
+
+    ``until_next_s`` is the time left before the trigger's next scheduled instant: retries are
+    truncated there, so one fire's retries never overlap the next fire. Whatever the target answered,
+    the retry instant is within ``RETRY_AFTER_MAX_S`` (or the backoff cap) of ``now_us`` and inside
+    the representable range (:func:`fireledger.domain.instants.after_us`); a ``Retry-After`` that is
+    not a finite number ``>= 0`` is ignored.
+    """
+    status = res.http_status
+    if res.outcome == "delivered":
+        return Settlement(job, "delivered", status, None, "delivered", None, None)
+    if res.outcome == "failed":
+        cause = f"failed: HTTP {status} is final" if status else f"failed: {res.error}"
+        return Settlement(job, "failed", status, res.error, "failed", cause, None)
+    ra = res.retry_after_s
+    if ra is not None and not (isinstance(ra, int | float) and math.isfinite(ra) and ra >= 0):
+        ra = None
+    nxt = until_next_s if until_next_s is None or math.isfinite(until_next_s) else None
+    delay = retry_plan(job.attempt, max_attempts=job.policies.max_attempts, jitter=jitter,
+                       next_scheduled=nxt, retry_after_s=ra)
+    what = f"HTTP {status}" if status else (res.error or "no answer")
+    if delay is None:
+        if res.outcome == "unknown":
+            return Settlement(job, "unknown", status, res.error, "unknown",
+                              f"unknown: no answer within {job.policies.timeout_s:g}s and no attempts left", None)
+        return Settlement(job, res.outcome, status, res.error, "failed",
+                          f"failed: retries exhausted after {job.attempt} attempts (last: {what})", None)
+    return Settlement(job, res.outcome, status, res.error, "pending", None, after_us(now_us, delay))
+
+
+def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException) -> Settlement:
+    """The settlement of an attempt during which this process raised ``exc`` unexpectedly: never
+    nothing (an attempt that settles nothing would be re-leased forever). The cause names the
+    exception class only (its message may carry payload data). The fire ends ``unknown`` when the
+    request may have reached the target (``res.sent``), else ``failed``: a bug or a broken part of
+    this process is not something a retry under the same key can be expected to fix."""
+    what = type(exc).__name__
+    if res is not None and res.sent:
+        return Settlement(job, "unknown", res.http_status, f"dispatch error: {what}", "unknown",
+                          f"unknown: the attempt was sent, then this process failed ({what})", None)
+    return Settlement(job, "failed", None, f"dispatch error: {what}", "failed",
+                      f"failed: not sent: the dispatch process failed preparing the attempt ({what})", None)
+
+
+def _candidate(f: Fire) -> shaping.Candidate:
+    return shaping.Candidate(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq, f.lane)
+
+
+class _Shaper:
+    """Adapts a claim transaction's snapshot to :func:`shaping.shape` (with this round's capacity)."""
+
+    def __init__(self, config: DispatchConfig, capacity: shaping.Capacity) -> None:
+        self.config = config
+        self.capacity = capacity
+
+    def bucket_keys(self, candidates: Mapping[str, Sequence[Fire]]) -> list[str]:
+        return shaping.bucket_keys({lane: [_candidate(f) for f in fs] for lane, fs in candidates.items()},
+                                   self.config)
+
+    def decide(self, snapshot: ClaimSnapshot) -> ShapedDecision:
+        by_key: dict[tuple[str, str, int, int], Fire] = {}
+        cands: dict[str, list[shaping.Candidate]] = {}
+        for lane, fires in snapshot.candidates.items():
+            out = cands[lane] = []
+            for f in fires:
+                c = _candidate(f)
+                by_key[c.key] = f
+                out.append(c)
+        quotas = {t: shaping.TenantQuota(*q) for t, q in snapshot.quotas.items()}
+        plan = shaping.shape(snapshot.now_us, cands, quotas, snapshot.inflight, snapshot.tats, self.capacity,
+                             self.config)
+        return ShapedDecision([(by_key[c.key], a.value) for c, a in plan.admitted], plan.tats, plan.wake_us,
+                              plan.waiting)
