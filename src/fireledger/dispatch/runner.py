@@ -39,7 +39,7 @@ from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
 from fireledger.settings import Settings
 from fireledger.store import Settlement, SqlStore
-from fireledger.store.dispatching import ClaimedJob, ClaimResult, RankCache
+from fireledger.store.dispatching import ClaimedJob, ClaimResult
 
 from . import shaping
 from .credentials import KeyRingFile, authorization_header, body_sha256, mint
@@ -110,7 +110,6 @@ class Dispatcher:
         self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
         self.admitted: Counter[str] = Counter()   # by service class, since start
-        self.rank_cache = RankCache()   # one ranking of a large backlog serves several rounds
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
         self._claiming: asyncio.Future[ClaimResult] | None = None
@@ -302,7 +301,7 @@ class Dispatcher:
     def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
         now = self.clock.now()
         return self.store.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                       LEASE_MARGIN_US, self.rank_cache)
+                                       LEASE_MARGIN_US)
 
     def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane

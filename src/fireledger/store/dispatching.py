@@ -1,10 +1,11 @@
 """The dispatch plane's store operations (a :class:`~fireledger.store.SqlStore` mixin).
 
-* :meth:`DispatchingMixin.claim_shaped` — one claim transaction for all lanes: the due fires of
-  each lane in fair order (oldest first within a trigger, round-robin across a tenant's triggers and
-  across tenants), locked with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so any number of dispatch
-  processes share the lanes without double-claiming (on SQLite, one writer, the ranking is read just
-  before the write transaction and re-checked inside it); then the rate buckets those fires need
+* :meth:`DispatchingMixin.claim_shaped` — one claim transaction for all lanes: a bounded batch of
+  each lane's due fires, read from an index in order (:mod:`.claim_sql`, decision 0130: what a claim
+  reads does not grow with the backlog), in fair order (oldest first within a trigger, round-robin
+  across a tenant's triggers and across tenants, held tenants last), locked with ``FOR UPDATE SKIP
+  LOCKED`` on PostgreSQL so any number of dispatch processes share the lanes without
+  double-claiming (SQLite has one writer); then the rate buckets those fires need
   (locked in key order, so concurrent claims never deadlock), the tenants' quotas and their attempts
   in flight in every process; a caller-supplied *shaper* (``fireledger.dispatch.shaping``) decides;
   the store leases the admitted fires, records their attempts and the new bucket states, and commits.
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -35,79 +35,21 @@ from fireledger.domain.instants import MAX_US, MIN_US, after_us, clamp_us
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import DispatchJob, Fire, Target, TriggerVersion
 
-from . import queries
+from . import claim_sql, queries
 from .engine import StoreError
 
 log = logging.getLogger("fireledger.store")
 
 _F = queries.FIRE_COLS
 _FF = ", ".join("f." + c.strip() for c in _F.split(","))
-_PK_JOIN = ("f.tenant_id = p.tenant_id AND f.trigger_id = p.trigger_id AND f.scheduled_us = p.scheduled_us "
-            "AND f.seq = p.seq")
 _TARGET_COLS = "id, tenant_id, kind, url, secret, verification_state, verification_token, created_us"
 _V_COLS = ("v.trigger_id, v.version, v.tenant_id, v.schedule, v.target_id, v.payload, v.policies, "
            "v.tzdata_version, v.created_us")
-
-def _ranked(paced: bool) -> str:
-    """Due fires of a lane ranked fairly: ``rt`` oldest first within a trigger, ``rn`` round-robin
-    over a tenant's triggers. ``held`` is 1 for tenants that cannot start anything now — at their
-    in-flight quota or, in a paced (recovery) lane, before their pace bucket conforms — so the window
-    offered to the shaper starts with fires it can admit, and tenants stuck behind a slow target or
-    their pace never crowd out one that may go."""
-    pace = " OR b.tat_us > :now_us" if paced else ""
-    join = " LEFT JOIN rate_buckets b ON b.key = :lane || ':' || d.tenant_id" if paced else ""
-    return (
-        "WITH busy AS ("
-        "  SELECT tenant_id, COUNT(*) AS n FROM fires WHERE state = 'dispatching' AND next_attempt_us > :now_us"
-        "  GROUP BY tenant_id"
-        "), due AS ("
-        "  SELECT tenant_id, trigger_id, scheduled_us, seq, next_attempt_us,"
-        "    ROW_NUMBER() OVER (PARTITION BY tenant_id, trigger_id ORDER BY scheduled_us, seq) AS rt"
-        "  FROM fires WHERE lane = :lane AND state IN ('pending', 'dispatching') AND next_attempt_us <= :now_us"
-        "), ranked AS ("
-        "  SELECT d.tenant_id, d.trigger_id, d.scheduled_us, d.seq, d.next_attempt_us,"
-        "    ROW_NUMBER() OVER (PARTITION BY d.tenant_id ORDER BY d.rt, d.next_attempt_us, d.trigger_id) AS rn,"
-        f"   CASE WHEN COALESCE(u.n, 0) >= COALESCE(t.quota_inflight, 100){pace} THEN 1 ELSE 0 END AS held"
-        "  FROM due d LEFT JOIN busy u ON u.tenant_id = d.tenant_id LEFT JOIN tenants t ON t.id = d.tenant_id"
-        f"{join}"
-        ")"
-    )
-
-
-_LIVE = "f.lane = :lane AND f.state IN ('pending', 'dispatching') AND f.next_attempt_us <= :now_us"
-_ORDER = "held, rn, next_attempt_us, tenant_id"
-
-
-def _candidates_sqlite(paced: bool) -> str:
-    """SQLite (one writer at a time): take the fair prefix, then join it to the fires."""
-    return (
-        _ranked(paced) + ", pick AS (SELECT tenant_id, trigger_id, scheduled_us, seq, next_attempt_us, rn, held "
-        f"FROM ranked ORDER BY {_ORDER} LIMIT :limit) "
-        f"SELECT {_FF}, p.held, p.rn FROM pick p JOIN fires f ON {_PK_JOIN} WHERE {_LIVE}"
-    )
-
-
-def _candidates_pg(paced: bool) -> str:
-    """PostgreSQL: lock in fair order and let the LIMIT count only the rows this claim could lock, so
-    concurrent claims take successive parts of the order instead of colliding on its head."""
-    return (
-        _ranked(paced) + f" SELECT {_FF}, p.held, p.rn FROM ranked p JOIN fires f ON {_PK_JOIN} WHERE {_LIVE} "
-        "ORDER BY p.held, p.rn, p.next_attempt_us, p.tenant_id LIMIT :limit FOR UPDATE OF f SKIP LOCKED"
-    )
-
 
 _SQLITE_IDS = "SELECT value FROM json_each(:ids)"
 _PG_IDS = "SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))"
 
 DISPATCH_QUERIES: dict[str, str] = {
-    "dp_candidates": _candidates_sqlite(False),
-    "dp_candidates_paced": _candidates_sqlite(True),
-    "dp_still_due": (
-        f"SELECT {_FF} FROM json_each(:ids) j JOIN fires f ON f.tenant_id = json_extract(j.value, '$[0]') "
-        "AND f.trigger_id = json_extract(j.value, '$[1]') AND f.scheduled_us = json_extract(j.value, '$[2]') "
-        "AND f.seq = json_extract(j.value, '$[3]') "
-        "WHERE f.state IN ('pending', 'dispatching') AND f.next_attempt_us <= :now_us"
-    ),
     "dp_bucket_seed": (
         "INSERT INTO rate_buckets (key, tat_us) SELECT value, 0 FROM json_each(:ids) WHERE true "
         "ORDER BY value ON CONFLICT DO NOTHING"
@@ -211,8 +153,6 @@ DISPATCH_QUERIES: dict[str, str] = {
 }
 
 _PG_OVERRIDES: dict[str, str] = {
-    "dp_candidates": _candidates_pg(False),
-    "dp_candidates_paced": _candidates_pg(True),
     "dp_bucket_seed": (
         "INSERT INTO rate_buckets (key, tat_us) SELECT k, 0 FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) "
         "AS k ORDER BY k ON CONFLICT DO NOTHING"
@@ -232,11 +172,6 @@ _PG_OVERRIDES: dict[str, str] = {
     ),
     "dp_targets": f"SELECT {_TARGET_COLS} FROM targets WHERE id IN ({_PG_IDS})",
     "dp_queue_pick": DISPATCH_QUERIES["dp_queue_pick"] + " FOR UPDATE OF m SKIP LOCKED",
-    "dp_still_due": (   # (SQLite's path; PostgreSQL locks its candidates in the ranking query itself)
-        f"SELECT {_FF} FROM jsonb_array_elements(CAST(:ids AS jsonb)) j JOIN fires f ON f.tenant_id = j->>0 "
-        "AND f.trigger_id = j->>1 AND f.scheduled_us = CAST(j->>2 AS bigint) AND f.seq = CAST(j->>3 AS bigint) "
-        "WHERE f.state IN ('pending', 'dispatching') AND f.next_attempt_us <= :now_us"
-    ),
 }
 
 queries.register(DISPATCH_QUERIES, {"postgres": _PG_OVERRIDES})
@@ -289,53 +224,6 @@ class ClaimedJob:
     admission: str
 
 
-@dataclass
-class RankCache:
-    """The fair order of a large backlog, kept between claim rounds of one dispatcher (SQLite).
-
-    Ranking a lane's whole backlog costs time proportional to the backlog (≈100 ms at 10,000 due
-    fires on this machine class) while a round admits a few hundred, so a burst used to be ranked
-    again for every round. With a cache, a lane is ranked ``depth`` fires deep and later rounds take
-    the next candidates from that order (re-checked live and due inside the write transaction, as
-    always) until fewer than a round's worth remain or the order is too old: older than
-    ``max_age_us`` and than ``cost_factor`` times what the last ranking took. The cost is bounded
-    staleness: a fire committed after the ranking — or a tenant whose quota freed up — is placed in
-    the order at the next ranking, at most that age later (decision 0074).
-    """
-
-    max_age_us: int = 200_000
-    depth: int = 4096
-    #: The order may also be kept for this many times what ranking it cost, so ranking never takes
-    #: more than about a tenth of the claim thread's time however large the backlog.
-    cost_factor: int = 10
-    lanes: dict[str, tuple[int, list[Fire]]] = field(default_factory=dict)   # lane → (ranked at, order)
-    rankings: int = 0   # how many times a non-empty lane was ranked (observability and tests)
-    last_cost_us: int = 0   # what the last ranking took (a cost measurement, not a time of day)
-
-    def take(self, lane: str, now_us: int, limit: int) -> list[Fire] | None:
-        """The next ``limit`` candidates of ``lane`` from a fresh enough order, else None (rank)."""
-        entry = self.lanes.get(lane)
-        age_limit = max(self.max_age_us, self.cost_factor * self.last_cost_us)
-        if entry is None or now_us - entry[0] > age_limit or len(entry[1]) < limit:
-            return None
-        return entry[1][:limit]
-
-    def keep(self, lane: str, now_us: int, ranked: list[Fire], cost_us: int = 0) -> None:
-        self.lanes[lane] = (now_us, ranked)
-        if ranked:
-            self.rankings += 1
-            self.last_cost_us = cost_us
-
-    def settle(self, lane: str, offered: Sequence[Fire], gone: set[tuple[str, str, int, int]]) -> None:
-        """Drop from the order the offered candidates that were leased or are no longer due; those
-        left waiting by the shaper keep their place at the front."""
-        entry = self.lanes.get(lane)
-        if entry is None:
-            return
-        head = [f for f in offered if _pk(f) not in gone]
-        self.lanes[lane] = (entry[0], head + entry[1][len(offered):])
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     jobs: list[ClaimedJob]
@@ -370,10 +258,6 @@ class OutcomeRejected(StoreError):
         self.recorded = recorded
 
 
-def _pk(f: Fire) -> tuple[str, str, int, int]:
-    return (f.tenant_id, f.trigger_id, f.scheduled_us, f.seq)
-
-
 def _ids(values: Sequence[str] | set[str]) -> str:
     return json.dumps(sorted(values))
 
@@ -387,11 +271,12 @@ class DispatchingMixin:
 
     engine: Any
     q: dict[str, str]
+    _claim_rotation: claim_sql.Rotation   # where each lane's tenant walk starts (set on first claim)
 
     # --- claim ----------------------------------------------------------------------------------
 
     def claim_shaped(self, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                     lease_margin_us: int, cache: RankCache | None = None) -> ClaimResult:
+                     lease_margin_us: int) -> ClaimResult:
         """Lease the fires ``shaper`` admits, in one transaction (see the module docstring).
 
         ``fetch`` maps a lane to how many candidates to offer from it (0 or absent: none). Each
@@ -400,70 +285,14 @@ class DispatchingMixin:
         row started; a runner that dies leaves the lease to expire and the fire to be claimed again
         as a further attempt under the same key.
 
-        ``cache`` (SQLite only; ignored on PostgreSQL, where the order is read under ``SKIP LOCKED``
-        inside the transaction) lets a dispatcher reuse one ranking of a large backlog over several
-        rounds (:class:`RankCache`).
+        The candidates are a bounded batch read inside the transaction (:mod:`.claim_sql`, decision
+        0130): what a claim reads does not grow with the backlog, on either engine.
         """
-        ranked_first = self.engine.name == "sqlite"
-        if ranked_first:
-            # SQLite has one writer: rank outside the write transaction (WAL readers block no one,
-            # so the timing loop keeps committing while a large backlog is ranked), then keep, in
-            # the transaction, only the candidates that are still live and due.
-            pre = {}
-            to_rank = {}
-            for lane, limit in fetch.items():
-                # Only the on-time lane's order is kept between rounds: the recovery lanes are paced
-                # and drained in the published shedding order, which must see their fires as they are.
-                use_cache = cache is not None and lane == ON_TIME
-                cached = cache.take(lane, now_us, limit) if use_cache and cache is not None and limit > 0 else None
-                if cached is None:
-                    to_rank[lane] = max(limit, cache.depth) if use_cache and cache is not None else limit
-                else:
-                    pre[lane] = cached
-            if to_rank:
-                started = time.perf_counter_ns()
-                with self.engine.read() as c:
-                    ranked = self._ranked_candidates(c, now_us, to_rank)
-                cost_us = (time.perf_counter_ns() - started) // 1000
-                for lane, fires in ranked.items():
-                    if cache is not None and lane == ON_TIME:
-                        cache.keep(lane, now_us, fires, cost_us)
-                    pre[lane] = fires[:fetch[lane]]
-        try:
-            return self._claim_in_transaction(now_us, owner, fetch, shaper, lease_margin_us,
-                                              pre if ranked_first else None, cache)
-        except BaseException:
-            if cache is not None:
-                cache.lanes.clear()   # the order may be stale in unknown ways: rank afresh
-            raise
-
-    def _claim_in_transaction(self, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                              lease_margin_us: int, pre: dict[str, list[Fire]] | None,
-                              cache: RankCache | None) -> ClaimResult:
         q = self.q
         with self.engine.write() as c:
-            if pre is not None:
-                keys_json = json.dumps([[f.tenant_id, f.trigger_id, f.scheduled_us, f.seq]
-                                        for fs in pre.values() for f in fs])
-                fresh = {(r[0], r[1], r[2], r[3]): Fire(*r) for r in c.execute(
-                    q["dp_still_due"], {"ids": keys_json, "now_us": now_us}).fetchall()}
-                cands = {lane: [fresh[k] for k in (_pk(f) for f in fs) if k in fresh] for lane, fs in pre.items()}
-                # Another claimer (a thread or process sharing the file) took most of this order
-                # between the ranking and the lock: rank that lane again, now under the lock, so a
-                # contended round still offers what is due instead of coming back empty.
-                short = {lane: fetch[lane] for lane, fs in pre.items() if fs and 2 * len(cands[lane]) < len(fs)}
-                if short:
-                    cands.update(self._ranked_candidates(c, now_us, short))
-                    if cache is not None:
-                        for lane in short:
-                            cache.lanes.pop(lane, None)
-            else:
-                cands = self._ranked_candidates(c, now_us, fetch)
+            cands = self._ranked_candidates(c, now_us, fetch)
             offered = {lane: len(v) for lane, v in cands.items()}
             if not any(offered.values()):
-                if cache is not None and pre is not None:
-                    for lane, fs in pre.items():
-                        cache.settle(lane, fs, {_pk(f) for f in fs})
                 return ClaimResult([], None, {}, offered)
             keys = shaper.bucket_keys(cands)
             tats: dict[str, int] = {}
@@ -480,22 +309,21 @@ class DispatchingMixin:
             if decision.tats:
                 c.cursor().executemany(q["dp_bucket_set"], [
                     {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
-        if cache is not None and pre is not None:
-            leased = {_pk(f) for f, _ in decision.admitted}
-            for lane, fs in pre.items():
-                live = {_pk(f) for f in cands.get(lane, ())}
-                cache.settle(lane, fs, {k for k in map(_pk, fs) if k in leased or k not in live})
         return ClaimResult(jobs, decision.wake_us, dict(decision.waiting), offered)
 
     def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
-        q = self.q
+        """Per lane, up to ``fetch[lane]`` due fires in fair order, held tenants last (a bounded
+        read: :func:`.claim_sql.read_candidates`)."""
+        try:
+            rotation = self._claim_rotation
+        except AttributeError:
+            rotation = self._claim_rotation = claim_sql.Rotation()
         cands: dict[str, list[Fire]] = {}
         for lane, limit in fetch.items():
             if limit <= 0:
                 continue
-            query = q["dp_candidates"] if lane == ON_TIME else q["dp_candidates_paced"]
-            rows = c.execute(query, {"lane": lane, "now_us": now_us, "limit": limit}).fetchall()
-            rows = sorted(rows, key=lambda r: (r[-2], r[-1], r[15], r[0]))   # held, rn, next attempt, tenant
+            rows = claim_sql.read_candidates(c, self.q, self.engine.name, lane, now_us, limit,
+                                             lane != ON_TIME, rotation)
             cands[lane] = [Fire(*r[:-2]) for r in rows]
         return cands
 
@@ -814,7 +642,6 @@ __all__ = [
     "DispatchingMixin",
     "OutcomeRejected",
     "QueueMessage",
-    "RankCache",
     "ShapedDecision",
     "Shaper",
 ]
