@@ -92,6 +92,9 @@ def main() -> None:
     engines = args.engines.split(",")
     for engine in engines:
         with tempfile.TemporaryDirectory() as d:
+            from e2e import use_state_dir  # a state directory (KEK, key ring) for the run
+
+            use_state_dir(Path(d) / "state")
             server = None
             if engine == "postgres":
                 from pgserver import PgServer

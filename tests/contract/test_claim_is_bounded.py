@@ -1,9 +1,10 @@
 """A claim reads a bounded amount of the store whatever the backlog (issue 15, decision 0130).
 
 Not a timed test: a count. One claim (``claim_shaped`` with a shaper that admits nothing, so the
-store is unchanged) is measured over a backlog of 1,000 due fires and again once the backlog is
-20,000 due fires (the extra 19,000 *older* than the first, so an index read in order meets them
-first); what it read may not grow by more than half.
+store is unchanged), then one that leases 256 fires (the dispatcher's shaper and default slots), are
+measured over a backlog of 1,000 due fires and again once the backlog is 20,000 due fires (the extra
+19,000 *older* than the first, so an index read in order meets them first); what each read may not
+grow by more than half.
 
 What is counted, per engine:
 - SQLite: virtual-machine steps of every statement the claim runs on this thread's connection
@@ -23,7 +24,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fireledger.dispatch.lanes import DispatchConfig
+from fireledger.dispatch.runner import _Shaper
+from fireledger.dispatch.shaping import Capacity
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
+from fireledger.store import Settlement
 from fireledger.store.dispatching import ShapedDecision
 from storekit import T0, add_target, add_tenant, add_trigger
 
@@ -33,6 +38,8 @@ TRIGGERS = 10   # per tenant
 SMALL, LARGE = 1_000, 20_000
 #: A dispatcher's default window (2 × 256 free slots + 16, see dispatch/runner.py ``_fetch``).
 WINDOW = 528
+#: A dispatcher's default free slots (FIRELEDGER_DISPATCH_CONCURRENCY 256).
+SLOTS = Capacity(256, {"on-time": 256, "catch-up": 0, "backfill": 0}, 128)
 
 
 class Offered:
@@ -59,33 +66,60 @@ def _put(store: Any, trig: Any, instants: range) -> None:
 
 
 def _rows(node: dict[str, Any]) -> int:
-    """Rows a plan node and its children produced (actual rows are per loop)."""
-    own = int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
-    return own + sum(_rows(child) for child in node.get("Plans", ()))
+    """Rows a plan node and its children read: produced, and removed by a filter (counts per loop)."""
+    read = sum(int(node.get(k, 0)) for k in ("Actual Rows", "Rows Removed by Filter",
+                                            "Rows Removed by Index Recheck", "Rows Removed by Join Filter"))
+    return read * int(node.get("Actual Loops", 1)) + sum(_rows(child) for child in node.get("Plans", ()))
 
 
 class _Explaining:
-    """A PostgreSQL connection that runs ``EXPLAIN (ANALYZE, FORMAT JSON)`` of each read before
-    running it, adding the rows its plan nodes produced to ``tally["rows"]``."""
+    """A PostgreSQL connection that runs ``EXPLAIN (ANALYZE, FORMAT JSON)`` of each statement before
+    running it, adding the rows its plan nodes read to ``tally["rows"]``; a write is explained inside
+    a savepoint rolled back at once, so only the real statement changes anything."""
 
     def __init__(self, conn: Any, tally: dict[str, int]) -> None:
         self._conn = conn
         self._tally = tally
 
+    def explain(self, sql: str, params: Any) -> None:
+        write = not sql.lstrip().upper().startswith(("SELECT", "WITH"))
+        if write:
+            self._conn.execute("SAVEPOINT explain_only")
+        [[plan]] = self._conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
+        if write:
+            self._conn.execute("ROLLBACK TO SAVEPOINT explain_only")
+        self._tally["rows"] += _rows((plan if isinstance(plan, dict) else json.loads(plan))["Plan"])
+        self._tally["statements"] += 1
+
     def execute(self, sql: str, params: Any = None) -> Any:
-        if sql.lstrip().upper().startswith(("SELECT", "WITH")):
-            [[plan]] = self._conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()
-            self._tally["rows"] += _rows((plan if isinstance(plan, dict) else json.loads(plan))["Plan"])
-            self._tally["statements"] += 1
+        if not sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE", "ROLLBACK")):
+            self.explain(sql, params)
         return self._conn.execute(sql, params)
+
+    def cursor(self) -> Any:
+        return _ExplainingCursor(self, self._conn.cursor())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
 
 
-def _claim_cost(store: Any, now_us: int) -> tuple[int, int]:
-    """(what one claim read, candidates it offered)."""
-    shaper = Offered()
+class _ExplainingCursor:
+    def __init__(self, conn: _Explaining, cur: Any) -> None:
+        self._explaining = conn
+        self._cur = cur
+
+    def executemany(self, sql: str, params: Any) -> Any:
+        params = list(params)
+        for p in params:
+            self._explaining.explain(sql, p)
+        return self._cur.executemany(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
+def _claim_cost(store: Any, now_us: int, shaper: Any) -> tuple[int, Any]:
+    """(what one claim read, its ``ClaimResult``)."""
     if store.engine_name == "sqlite":
         steps = [0]
 
@@ -96,12 +130,12 @@ def _claim_cost(store: Any, now_us: int) -> tuple[int, int]:
         conn = store.engine.connection()
         conn.set_progress_handler(count, 1)
         try:
-            store.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
+            res = store.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
         finally:
             conn.set_progress_handler(None, 1)
-        return steps[0], shaper.offered
+        return steps[0], res
     with store.engine.connection().cursor() as cur:
-        cur.execute("ANALYZE fires")   # as autovacuum would: plans from current statistics
+        cur.execute("ANALYZE fires")   # as autovacuum would: the plans of a table with statistics
     tally = {"rows": 0, "statements": 0}
     engine = store.engine
     plain_write, plain_read = engine.write, engine.read
@@ -118,11 +152,23 @@ def _claim_cost(store: Any, now_us: int) -> tuple[int, int]:
 
     engine.write, engine.read = write, read
     try:
-        store.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
+        res = store.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
     finally:
         del engine.write, engine.read   # back to the class's methods
     assert tally["statements"] > 0
-    return tally["rows"], shaper.offered
+    return tally["rows"], res
+
+
+def _lease_cost(store: Any, now_us: int) -> tuple[int, int]:
+    """What a claim that leases (the dispatcher's shaper, its default slots) read, and how many
+    fires it leased; they are then settled (delivered), so every measurement starts with nothing in
+    flight (a claim reads the tenants' attempts in flight too: bounded by their quota, not the
+    backlog, but not what this test compares)."""
+    cost, res = _claim_cost(store, now_us, _Shaper(DispatchConfig(), SLOTS))
+    oks = store.settle_dispatch([Settlement(j.job, "delivered", 200, None, "delivered", None, None)
+                                 for j in res.jobs], now_us)
+    assert all(oks)
+    return cost, len(res.jobs)
 
 
 def test_one_claim_reads_a_bounded_amount_whatever_the_backlog(store):
@@ -135,12 +181,21 @@ def test_one_claim_reads_a_bounded_amount_whatever_the_backlog(store):
     now = T0 + (large + 10) * S
     for trig in triggers:   # the newest `small` instants of each trigger …
         _put(store, trig, range(T0 + (large - small) * S, T0 + large * S, S))
-    cost_small, offered_small = _claim_cost(store, now)
+    for t in {trig.tenant_id for trig in triggers}:
+        store.set_tenant_quota(t, fires_per_s=1e6, inflight=100_000)
+    offer = Offered()
+    cost_small, _ = _claim_cost(store, now, offer)
+    offered_small = offer.offered
+    lease_small, leased_small = _lease_cost(store, now)
     for trig in triggers:   # … then every older one: the backlog is now 20 times larger
         _put(store, trig, range(T0, T0 + (large - small) * S, S))
-    cost_large, offered_large = _claim_cost(store, now)
-    assert offered_small == offered_large == WINDOW
-    assert cost_small > 0
-    assert cost_large <= 1.5 * cost_small, (
-        f"a claim read {cost_large} (VM steps / plan rows) over {LARGE} due fires against {cost_small} over {SMALL} "
-        f"({store.engine_name})")
+    cost_large, _ = _claim_cost(store, now, offer)
+    offered_large = offer.offered
+    lease_large, leased_large = _lease_cost(store, now)
+    assert offered_small == offered_large == WINDOW and leased_small == leased_large == SLOTS.total
+    assert cost_small > 0 and lease_small > 0
+    figures = (f"{store.engine_name}: a claim read {cost_small} at {SMALL} due fires and {cost_large} at {LARGE}; "
+               f"one that leased {SLOTS.total}: {lease_small} and {lease_large} (VM steps / plan rows)")
+    print(figures)
+    assert cost_large <= 1.5 * cost_small, figures
+    assert lease_large <= 1.5 * lease_small, figures
