@@ -1,7 +1,8 @@
 """``tenant-overload``: one tenant over its fires/s quota on an otherwise idle plane (issue 15).
 
 One tenant with the **default quota** (100 fires/s, 100 in flight), one verified HTTP target, N
-interval triggers of 1 s (``jitter: 0s``, anchored evenly over the second) for D seconds, on
+interval triggers of 1 s (``jitter: 0s``, all anchored at one instant: N fires due at each whole
+second — the harder shape, and the one that starved on split planes) for D seconds, on
 
 * ``sqlite-serve``   — ``fireledger serve`` on SQLite (the embedded default);
 * ``postgres-serve`` — ``fireledger serve`` on a throwaway PostgreSQL server;
@@ -45,7 +46,7 @@ RECEIVERS = ("bench-sink", "stdlib-http-server")
 class StdlibReceiver(Sink):
     """``bench/stdlib_receiver.py`` in its own process; the same admin reads as the bench sink."""
 
-    def __init__(self, tmp: Path, backlog: int | None = None) -> None:   # noqa: D107 - the Sink's contract
+    def __init__(self, tmp: Path, backlog: int | None = None) -> None:
         port_file = tmp / f"stdlib-{time.monotonic_ns()}.port"
         extra = [] if backlog is None else ["--backlog", str(backlog)]
         self.proc = subprocess.Popen([sys.executable, str(BENCH / "stdlib_receiver.py"), "--port", "0",
@@ -83,7 +84,7 @@ class Plane:
             self.stop()
             raise
 
-    def load(self, n: int, base_us: int, end_us: int, spread: bool = True) -> dict[str, Any]:
+    def load(self, n: int, base_us: int, end_us: int, spread: bool = False) -> dict[str, Any]:
         """``n`` triggers of 1 s from ``base_us`` to ``end_us``: anchored evenly over the second, or
         all at ``base_us`` (``spread=False``: ``n`` fires due at each whole second)."""
         now = time.time_ns() // 1000
@@ -123,7 +124,9 @@ def one(topology: str, receiver_kind: str, url: str, tmp: Path, n: int, duration
         drain_s: float) -> dict[str, Any]:
     """One run: start the receiver and the planes, load, wait for the window plus ``drain_s``, read."""
     with ExitStack() as stack:
-        rx: Sink = Sink(tmp) if receiver_kind == "bench-sink" else StdlibReceiver(tmp)
+        own = tmp / f"rx-{time.monotonic_ns()}"   # the sink's port file is named per directory
+        own.mkdir()
+        rx: Sink = Sink(own) if receiver_kind == "bench-sink" else StdlibReceiver(own)
         stack.callback(rx.close)
         plane = Plane(topology, url, tmp, rx.url)
         stack.callback(plane.stop)

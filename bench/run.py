@@ -20,6 +20,10 @@ Scenarios (``--quick`` forms in brackets):
   PostgreSQL, N = 20,000 [5,000];
 * ``scale-N``        1,000,000 [100,000] live triggers against 1,000: idle cycle cost, RSS, start-up;
 * ``punctuality``    50 triggers every 1 s for 20 s [5 s]: lateness at light load;
+* ``tenant-overload`` one tenant at its default quota (100 fires/s), N = 100, 300, 1,000, 3,000 triggers
+  of 1 s for 60 s on SQLite ``serve``, PostgreSQL ``serve`` and PostgreSQL split planes (control + 2
+  dispatch + 1 timing), against the bench sink and a standard-library ``ThreadingHTTPServer``
+  (default backlog) [N = 300 on both ``serve`` forms, 15 s] (``bench/overload.py``; group ``overload``);
 * ``profile-burst-N`` a fireledger burst under py-spy: the top frames (``--profile``);
 * ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials (``--only components``).
 
@@ -44,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import BENCH, Sink, cpu_s, emit, machine, ratios, say
 
-ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "profile", "components")
+ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "profile", "components")
 DEFAULT_OFF = {"profile", "components"}   # opt in: --profile, --only components
 STEADY_P99_S = 1.0
 STEADY_TARGET = 5800
@@ -293,6 +297,11 @@ def main() -> int:
                     emit(line)
             if "punctuality" in only:
                 punctuality(sink, tmp, a.quick, systems)
+            if "overload" in only and (systems is None or fl.SYSTEM in systems):
+                import overload
+
+                for line in overload.scenario(tmp, a.quick):
+                    emit(line)
             if "profile" in only:
                 profile(sink, tmp, a.quick)
         finally:

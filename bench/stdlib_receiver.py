@@ -34,7 +34,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATS["connections"] += 1
 
-    def log_message(self, format: str, *args: object) -> None:   # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: object) -> None:
         return   # quiet: one line per request would cost more than the request
 
     def _answer(self, status: int, body: bytes = b"", ctype: str = "application/json") -> None:
@@ -45,7 +45,7 @@ class Handler(BaseHTTPRequestHandler):
         if body:
             self.wfile.write(body)
 
-    def do_POST(self) -> None:   # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         arrived = time.time_ns()
         length = int(self.headers.get("Content-Length") or 0)
         if length:
@@ -56,7 +56,7 @@ class Handler(BaseHTTPRequestHandler):
             STATS["posts"] += 1
         self._answer(200)
 
-    def do_GET(self) -> None:   # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         url = urlsplit(self.path)
         with LOCK:
             if url.path == "/_admin/count":
