@@ -244,6 +244,9 @@ def main() -> int:
     ap.add_argument("--systems", help="comma-separated systems (fireledger-sqlite, apscheduler3-memory, …)")
     ap.add_argument("--profile", action="store_true", help="also profile a fireledger burst with py-spy")
     ap.add_argument("--burst-sizes", help="comma-separated burst sizes instead of 10000,45000 [2000]")
+    ap.add_argument("--overload-topologies",
+                    help="tenant-overload: comma-separated sqlite-serve,postgres-serve,postgres-split "
+                         "(default: all; --quick: the two serve forms)")
     ap.add_argument("--dispatch-processes", type=int, default=None,
                     help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; default 1)")
     a = ap.parse_args()
@@ -273,6 +276,11 @@ def main() -> int:
         ap.error(f"--burst-sizes: {a.burst_sizes!r} is not a comma-separated list of integers")
     if sizes is not None and any(x < 1 for x in sizes):
         ap.error("--burst-sizes: every size must be at least 1")
+    import overload
+
+    topos = tuple(a.overload_topologies.split(",")) if a.overload_topologies else None
+    if topos is not None and set(topos) - set(overload.TOPOLOGIES):
+        ap.error(f"--overload-topologies: choose from {', '.join(overload.TOPOLOGIES)}")
     t0 = time.monotonic()
     say(f"start: {'quick' if a.quick else 'full'} run of {', '.join(g for g in ALL if g in only)}")
     with tempfile.TemporaryDirectory(prefix="fireledger-bench-") as d:
@@ -298,9 +306,7 @@ def main() -> int:
             if "punctuality" in only:
                 punctuality(sink, tmp, a.quick, systems)
             if "overload" in only and (systems is None or fl.SYSTEM in systems):
-                import overload
-
-                for line in overload.scenario(tmp, a.quick):
+                for line in overload.scenario(tmp, a.quick, topologies=topos):
                     emit(line)
             if "profile" in only:
                 profile(sink, tmp, a.quick)
