@@ -32,8 +32,6 @@ ALLOWED: frozenset[str] = frozenset({
     "store/sql_store.py",
     "store/leases.py",
     "store/trust.py",
-    # The overload work (issue 15) reworks this.
-    "dispatch/shaping.py::shape",
 })
 
 

@@ -89,10 +89,22 @@ def _candidates_sqlite(paced: bool) -> str:
 
 def _candidates_pg(paced: bool) -> str:
     """PostgreSQL: lock in fair order and let the LIMIT count only the rows this claim could lock, so
-    concurrent claims take successive parts of the order instead of colliding on its head."""
+    concurrent claims take successive parts of the order instead of colliding on its head.
+
+    The ranking is computed once (``MATERIALIZED``) and walked in order, each row locked by a primary
+    key lookup (``LATERAL … FOR UPDATE SKIP LOCKED``) until ``:limit`` rows are locked — a plan that
+    does not depend on the table's statistics. (Joining the ranking back to ``fires`` let the
+    planner, on a table with fresh or stale statistics, re-run the whole ranking once per due row:
+    quadratic in the backlog, so a tenant over its quota never drained on split planes; decision 0120.)"""
+    ranked = _ranked(paced).replace("busy AS (", "busy AS MATERIALIZED (", 1)
+    ranked = ranked.replace("ranked AS (", "ranked AS MATERIALIZED (", 1)
+    lock = _LIVE.replace("f.", "x.")
     return (
-        _ranked(paced) + f" SELECT {_FF}, p.held, p.rn FROM ranked p JOIN fires f ON {_PK_JOIN} WHERE {_LIVE} "
-        "ORDER BY p.held, p.rn, p.next_attempt_us, p.tenant_id LIMIT :limit FOR UPDATE OF f SKIP LOCKED"
+        ranked + f" SELECT {_FF}, p.held, p.rn FROM (SELECT * FROM ranked ORDER BY {_ORDER}) p "
+        f"CROSS JOIN LATERAL (SELECT {_F} FROM fires x WHERE x.tenant_id = p.tenant_id "
+        "AND x.trigger_id = p.trigger_id AND x.scheduled_us = p.scheduled_us AND x.seq = p.seq "
+        f"AND {lock} FOR UPDATE SKIP LOCKED) f "
+        "ORDER BY p.held, p.rn, p.next_attempt_us, p.tenant_id LIMIT :limit"
     )
 
 
