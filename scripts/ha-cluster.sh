@@ -7,11 +7,13 @@
 #                                  reports one primary and one secondary; print the store URL
 #   scripts/ha-cluster.sh status   the monitor's view (node, port, reported and assigned state) and the URL
 #   scripts/ha-cluster.sh url      the multi-host URL fireledger uses (--db / FIRELEDGER_DB)
+#   scripts/ha-cluster.sh switchover   a planned `pg_autoctl perform switchover` (primary and standby swap)
 #   scripts/ha-cluster.sh down     stop every node and delete HA_DIR
 #
 # Settings (environment): HA_DIR (default /tmp/fireledger-ha), HA_HOST (127.0.0.1), HA_MONITOR_PORT
 # (55430), HA_NODE1_PORT (55431), HA_NODE2_PORT (55432), HA_DB (fireledger), HA_TIMEOUT_S (180: the
-# deadline of `up`). pg_autoctl refuses to run as root: as root every pg_autoctl runs as the
+# deadline of `up`), HA_FAST_FAILOVER (0; 1 tightens the monitor's health checks so that a lost node
+# is failed over in ~5 s instead of pg_auto_failover's default ~20-30 s: tests and `make falsify`). pg_autoctl refuses to run as root: as root every pg_autoctl runs as the
 # `postgres` OS user (created when missing), the way tests/pgserver.py runs PostgreSQL.
 #
 # Commits are synchronous on two nodes: with one standby in the replication quorum pg_auto_failover
@@ -28,6 +30,7 @@ HA_NODE1_PORT="${HA_NODE1_PORT:-55431}"
 HA_NODE2_PORT="${HA_NODE2_PORT:-55432}"
 HA_DB="${HA_DB:-fireledger}"
 HA_TIMEOUT_S="${HA_TIMEOUT_S:-180}"
+HA_FAST_FAILOVER="${HA_FAST_FAILOVER:-0}"
 PG_USER=postgres
 
 as_pg() {   # run a command as the postgres OS user when we are root, with the cluster's XDG dirs
@@ -83,7 +86,15 @@ psql_monitor() {
 
 wait_for() {   # wait_for WHAT SQL-returning-t [NUDGE-SQL PORT]: poll until true or the deadline
   local what="$1" sql="$2" nudge="${3:-}" port="${4:-}" deadline=$((SECONDS + HA_TIMEOUT_S))
+  local pidfile
   while [ "$(psql_monitor "$sql" || true)" != "t" ]; do
+    for pidfile in "$HA_DIR"/*.pid; do   # a supervisor that exited will not get there: fail now
+      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        echo "ha-cluster: $(basename "$pidfile" .pid) exited while waiting for $what; its log:" >&2
+        tail -n 20 "$HA_DIR/log/$(basename "$pidfile" .pid).log" >&2 || true
+        exit 1
+      fi
+    done
     if [ -n "$nudge" ]; then
       as_pg "$BINDIR/psql" -X -q "postgresql://$PG_USER@$HA_HOST:$port/postgres" -c "$nudge" >/dev/null 2>&1 || true
     fi
@@ -104,8 +115,18 @@ SQL_HEALTHY="select count(*) filter (where reportedstate = 'primary' and goalsta
 
 cmd_up() {
   prepare
-  start_node monitor monitor --pgport "$HA_MONITOR_PORT"
+  start_node monitor monitor --pgport "$HA_MONITOR_PORT" --listen "$HA_HOST"
   wait_for "the monitor" "$SQL_MONITOR_UP"
+  if [ "$HA_FAST_FAILOVER" = 1 ]; then
+    # Detect a lost node in ~5 s rather than pg_auto_failover's ~20-30 s (tests, `make falsify`).
+    local setting args=()
+    for setting in health_check_period=1000 health_check_timeout=1000 health_check_max_retries=1 \
+                   health_check_retry_delay=500 node_considered_unhealthy_timeout=4000 primary_demote_timeout=5000; do
+      args+=(-c "ALTER SYSTEM SET pgautofailover.${setting%%=*} = ${setting#*=}")
+    done
+    as_pg "$BINDIR/psql" -X -q "postgresql://$PG_USER@$HA_HOST:$HA_MONITOR_PORT/postgres" "${args[@]}" \
+      -c "SELECT pg_reload_conf()" >/dev/null
+  fi
   local node_args=(postgres --monitor "$(monitor_uri)" --dbname "$HA_DB" --username "$PG_USER"
                    --listen "$HA_HOST" --replication-quorum true)
   start_node node1 "${node_args[@]}" --name node1 --pgport "$HA_NODE1_PORT"
@@ -161,6 +182,10 @@ case "${1:-}" in
   up) cmd_up ;;
   status) cmd_status ;;
   url) store_url ;;
+  switchover)
+    BINDIR="$("$here/ensure-postgres.sh")"
+    as_pg pg_autoctl perform switchover --pgdata "$HA_DIR/monitor" --wait "$HA_TIMEOUT_S" >>"$HA_DIR/log/switchover.log" 2>&1
+    wait_for "primary + secondary" "$SQL_HEALTHY" ;;
   down) cmd_down ;;
-  *) echo "usage: $0 up|status|url|down   (HA_DIR=$HA_DIR)" >&2; exit 2 ;;
+  *) echo "usage: $0 up|status|url|switchover|down   (HA_DIR=$HA_DIR)" >&2; exit 2 ;;
 esac
