@@ -250,7 +250,7 @@ class Dispatcher:
             log.error("attempt %d of a fire of trigger %s failed unexpectedly (%s); recorded with that cause",
                       job.attempt, f.trigger_id, type(exc).__name__)
             if not recorded:
-                self._results.append(settle_on_error(job, res, exc))
+                self._results.append(settle_on_error(job, res, exc, self.clock.now().latest_us))
         finally:
             if self._flush_event is not None:
                 self._flush_event.set()

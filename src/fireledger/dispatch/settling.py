@@ -22,6 +22,7 @@ from fireledger.domain.model import DispatchJob, Fire
 from fireledger.recurrence import format_instant
 from fireledger.store import Settlement
 from fireledger.store.dispatching import ClaimSnapshot, ShapedDecision
+from fireledger.store.engine import is_database_error
 
 from . import shaping
 from .http import HttpResult
@@ -80,16 +81,26 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     return Settlement(job, res.outcome, status, res.error, "pending", None, after_us(now_us, delay))
 
 
-def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException) -> Settlement:
+#: A store that failed while an attempt was being prepared (a failover, a lost connection): the fire
+#: is tried again under the same key this long after the failure (issue 16).
+STORE_RETRY_US = 1_000_000
+
+
+def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException,
+                    now_us: int | None = None) -> Settlement:
     """The settlement of an attempt during which this process raised ``exc`` unexpectedly: never
     nothing (an attempt that settles nothing would be re-leased forever). The cause names the
     exception class only (its message may carry payload data). The fire ends ``unknown`` when the
-    request may have reached the target (``res.sent``), else ``failed``: a bug or a broken part of
-    this process is not something a retry under the same key can be expected to fix."""
+    request may have reached the target (``res.sent``). Not sent because the *store* failed (a
+    database error while the target was re-checked, e.g. during a PostgreSQL failover; ``now_us``
+    given): a further attempt under the same key :data:`STORE_RETRY_US` later. Otherwise ``failed``:
+    a bug or a broken part of this process is not something a retry can be expected to fix."""
     what = type(exc).__name__
     if res is not None and res.sent:
         return Settlement(job, "unknown", res.http_status, f"dispatch error: {what}", "unknown",
                           f"unknown: the attempt was sent, then this process failed ({what})", None)
+    if now_us is not None and is_database_error(exc):
+        return Settlement(job, "retry", None, f"store error: {what}", "pending", None, now_us + STORE_RETRY_US)
     return Settlement(job, "failed", None, f"dispatch error: {what}", "failed",
                       f"failed: not sent: the dispatch process failed preparing the attempt ({what})", None)
 
