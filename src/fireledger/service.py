@@ -24,13 +24,13 @@ from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
 from fireledger.settings import Settings, parse_dispatch_processes, parse_trusted_proxies, process_env
 from fireledger.stopping import StopGuard
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.store.engine import SqliteEngine
 
 log = logging.getLogger("fireledger.service")
 
 
-def keyring_path(store: SqlStore | None = None, settings: Settings | None = None) -> str:
+def keyring_path(store: Store | None = None, settings: Settings | None = None) -> str:
     """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING`` (from ``settings``, else the
     environment), else ``keys.json`` in the state directory (:mod:`fireledger.statedir`; never the
     working directory). Every dispatch and control process must see the same file."""
@@ -42,7 +42,7 @@ def keyring_path(store: SqlStore | None = None, settings: Settings | None = None
     return str(state_dir() / "keys.json")
 
 
-def open_keyring(store: SqlStore | None = None, settings: Settings | None = None) -> KeyRingFile:
+def open_keyring(store: Store | None = None, settings: Settings | None = None) -> KeyRingFile:
     """The key ring of this deployment, checked: the state directory must not be open to group or
     others, nor the ring file (``ValueError`` naming the file and the ``chmod`` that fixes it). A
     missing ring is created (mode 0600): a new signing key loses nothing, receivers refetch the JWKS."""
@@ -149,7 +149,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
+async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str | None = None,
                keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None,
                settings: Settings | None = None) -> None:
     import uvloop  # noqa: F401  (the policy is installed by the caller)
@@ -288,7 +288,7 @@ def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Sett
     problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
     if problem is not None:
         raise ValueError(problem)
-    store = SqlStore.open(db)
+    store = Store.open(db, settings=settings)
     if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
         store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
     try:

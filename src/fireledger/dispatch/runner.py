@@ -35,17 +35,24 @@ from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
+from fireledger.domain.dispatch_records import (
+    ClaimedJob,
+    ClaimResult,
+    ClaimSnapshot,
+    RankCache,
+    Settlement,
+    ShapedDecision,
+)
 from fireledger.domain.instants import after_us
 from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob, Fire, Lane
+from fireledger.domain.model import AttemptResult, DispatchJob, Fire, FireState, Lane
 from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import RecurrenceError, format_instant
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
 from fireledger.settings import Settings
-from fireledger.store import Settlement, SqlStore
-from fireledger.store.dispatching import ClaimedJob, ClaimResult, ClaimSnapshot, RankCache, ShapedDecision
+from fireledger.store import Store
 
 from . import shaping
 from .credentials import KeyRingFile, authorization_header, body_sha256, mint
@@ -95,10 +102,10 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     """
     status = res.http_status
     if res.outcome == "delivered":
-        return Settlement(job, "delivered", status, None, "delivered", None, None)
+        return Settlement(job, AttemptResult.DELIVERED, status, None, FireState.DELIVERED, None, None)
     if res.outcome == "failed":
         cause = f"failed: HTTP {status} is final" if status else f"failed: {res.error}"
-        return Settlement(job, "failed", status, res.error, "failed", cause, None)
+        return Settlement(job, AttemptResult.FAILED, status, res.error, FireState.FAILED, cause, None)
     ra = res.retry_after_s
     if ra is not None and not (isinstance(ra, int | float) and math.isfinite(ra) and ra >= 0):
         ra = None
@@ -108,11 +115,12 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     what = f"HTTP {status}" if status else (res.error or "no answer")
     if delay is None:
         if res.outcome == "unknown":
-            return Settlement(job, "unknown", status, res.error, "unknown",
+            return Settlement(job, AttemptResult.UNKNOWN, status, res.error, FireState.UNKNOWN,
                               f"unknown: no answer within {job.policies.timeout_s:g}s and no attempts left", None)
-        return Settlement(job, res.outcome, status, res.error, "failed",
+        return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.FAILED,
                           f"failed: retries exhausted after {job.attempt} attempts (last: {what})", None)
-    return Settlement(job, res.outcome, status, res.error, "pending", None, after_us(now_us, delay))
+    return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.PENDING, None, after_us(now_us,
+                                                                                                            delay))
 
 
 def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException) -> Settlement:
@@ -123,9 +131,9 @@ def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException
     this process is not something a retry under the same key can be expected to fix."""
     what = type(exc).__name__
     if res is not None and res.sent:
-        return Settlement(job, "unknown", res.http_status, f"dispatch error: {what}", "unknown",
+        return Settlement(job, AttemptResult.UNKNOWN, res.http_status, f"dispatch error: {what}", FireState.UNKNOWN,
                           f"unknown: the attempt was sent, then this process failed ({what})", None)
-    return Settlement(job, "failed", None, f"dispatch error: {what}", "failed",
+    return Settlement(job, AttemptResult.FAILED, None, f"dispatch error: {what}", FireState.FAILED,
                       f"failed: not sent: the dispatch process failed preparing the attempt ({what})", None)
 
 
@@ -172,7 +180,7 @@ class Dispatcher:
     config's; ``internal`` is the registry of ``internal`` targets (the process-wide one by default).
     """
 
-    def __init__(self, store: SqlStore, clock: Clock, node_id: str, *,
+    def __init__(self, store: Store, clock: Clock, node_id: str, *,
                  lanes: tuple[str, ...] = LANES, concurrency: int | None = None, batch: int | None = None,
                  idle_s: float = 0.5, sender: HttpSender | None = None, keys: KeyRingFile | None = None,
                  issuer: str = "http://127.0.0.1:8080", config: DispatchConfig | None = None,
@@ -218,12 +226,12 @@ class Dispatcher:
         self._own_step_sender = False
 
     @classmethod
-    def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
+    def from_env(cls, store: Store, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
         """:meth:`from_settings` with the settings read from the environment now."""
         return cls.from_settings(store, clock, node_id, Settings.from_env(), **kw)
 
     @classmethod
-    def from_settings(cls, store: SqlStore, clock: Clock, node_id: str, settings: Settings, **kw: Any) -> Dispatcher:
+    def from_settings(cls, store: Store, clock: Clock, node_id: str, settings: Settings, **kw: Any) -> Dispatcher:
         """A dispatcher configured by ``settings`` (lanes, concurrency: :mod:`fireledger.dispatch.lanes`),
         after importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
         load_modules(settings.internal_modules)
@@ -389,7 +397,8 @@ class Dispatcher:
                       batch: list[Settlement]) -> int:
         """Record one batch of attempt results in one store call (``settle_dispatch``) and return how
         many the store recorded; raises, recording nothing, when the store refuses the batch as a whole."""
-        oks = await loop.run_in_executor(executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
+        oks = await loop.run_in_executor(executor, self.store.dispatch.settle_dispatch, batch,
+                                         self.clock.now().latest_us)
         self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True) if ok and s.state == "delivered")
         if any(s.state == "pending" for s in batch):
             self.wake()
@@ -399,7 +408,7 @@ class Dispatcher:
 
     def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
         now = self.clock.now()
-        return self.store.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
+        return self.store.dispatch.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
                                        LEASE_MARGIN_US, self.rank_cache)
 
     def _start(self, claimed: ClaimedJob) -> None:
