@@ -190,6 +190,7 @@ class SqlHistory(Area):
         return [rec.with_attempts(f, by_key.get((f.scheduled_us, f.seq), [])) for f in fires]
 
     def get_fire(self, key: FireKey) -> Fire | None:
+        """One fire with its attempts, or None."""
         params = {"tenant_id": key.tenant_id, "trigger_id": key.trigger_id,
                   "scheduled_us": key.scheduled_us, "seq": key.seq}
         with self.engine.read() as c:
@@ -440,6 +441,7 @@ class SqlHistory(Area):
         return min(waiting) if waiting else None
 
     def count_fires(self) -> int:
+        """How many fire records the ledger holds (every tenant)."""
         with self.engine.read() as c:
             return int(c.execute(self.q["count_fires"]).fetchone()[0])
 

@@ -39,16 +39,20 @@ class SqlRegistry(RegistryGaps):
     resume and backfill in :class:`~fireledger.store.gaps.RegistryGaps`."""
 
     def create_tenant(self, tenant: Tenant) -> None:
+        """Insert a tenant (no principal, no audit row: tests and tools; the API uses
+        :meth:`SqlTrust.create_tenant_audited`). A duplicate id or name raises the driver's integrity error."""
         with self.engine.write() as c:
             c.execute(self.q["insert_tenant"], {"id": tenant.id, "name": tenant.name,
                                                 "created_us": tenant.created_us})
 
     def get_tenant(self, tenant_id: str) -> Tenant | None:
+        """A live tenant, or None when unknown or deleted."""
         with self.engine.read() as c:
             row = c.execute(self.q["get_tenant"], {"id": tenant_id}).fetchone()
         return Tenant(*row) if row else None
 
     def tenant_id_by_name(self, name: str) -> str | None:
+        """The id of the tenant named ``name`` (deleted ones too), or None."""
         with self.engine.read() as c:
             row = c.execute(self.q["trust_tenant_by_name"], {"name": name}).fetchone()
         return None if row is None else str(row[0])
@@ -89,11 +93,14 @@ class SqlRegistry(RegistryGaps):
                                      {"target_id": t.id, "kind": t.kind, "url": t.url}))
 
     def get_target(self, tenant_id: str, target_id: str) -> Target | None:
+        """The tenant's target (deleted ones too; its secret as stored: sealed), or None — also for
+        another tenant's target."""
         with self.engine.read() as c:
             row = c.execute(self.q["get_target"], {"tenant_id": tenant_id, "id": target_id}).fetchone()
         return rec.target(row) if row else None
 
     def list_targets(self, tenant_id: str, after: str = "", limit: int = 100) -> list[Target]:
+        """A page of the tenant's live targets by id, after ``after``."""
         with self.engine.read() as c:
             rows = c.execute(self.q["list_targets"],
                              {"tenant_id": tenant_id, "after": after, "limit": limit}).fetchall()
@@ -126,6 +133,7 @@ class SqlRegistry(RegistryGaps):
         return "deleted"
 
     def count_targets(self, tenant_id: str) -> int:
+        """The tenant's targets that are not deleted (the per-tenant limit's count)."""
         with self.engine.read() as c:
             return int(c.execute(self.q["trust_count_targets"], {"tenant_id": tenant_id}).fetchone()[0])
 
@@ -162,17 +170,21 @@ class SqlRegistry(RegistryGaps):
             c.execute(self.q["bump_definitions"])
 
     def get_trigger(self, tenant_id: str, trigger_id: str) -> Trigger | None:
+        """The tenant's trigger with its due instant (``next_us``) and pause reason, or None — also
+        for another tenant's trigger."""
         with self.engine.read() as c:
             row = c.execute(self.q["get_trigger"], {"tenant_id": tenant_id, "id": trigger_id}).fetchone()
         return rec.trigger(row) if row else None
 
     def list_triggers(self, tenant_id: str, after: str = "", limit: int = 100) -> list[Trigger]:
+        """A page of the tenant's triggers that are not deleted, by id, after ``after``."""
         with self.engine.read() as c:
             rows = c.execute(self.q["list_triggers"],
                              {"tenant_id": tenant_id, "after": after, "limit": limit}).fetchall()
         return [rec.trigger(r) for r in rows]
 
     def get_version(self, trigger_id: str, version: int) -> TriggerVersion | None:
+        """One version of a trigger (payload as stored: sealed), or None."""
         with self.engine.read() as c:
             row = c.execute(self.q["get_version"], {"trigger_id": trigger_id, "version": version}).fetchone()
         return rec.version(row) if row else None
@@ -241,6 +253,7 @@ class SqlRegistry(RegistryGaps):
         return int(row[0]) if row else 0
 
     def count_live_triggers(self, tenant_id: str) -> int:
+        """The tenant's triggers that are not deleted (the per-tenant limit's count)."""
         with self.engine.read() as c:
             return int(c.execute(self.q["trust_count_live_triggers"], {"tenant_id": tenant_id}).fetchone()[0])
 

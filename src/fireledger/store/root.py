@@ -31,6 +31,7 @@ from .core import InvariantViolation
 from .dispatch import SqlDispatch
 from .engine import Engine, SchemaError, SqliteEngine, engine_for_url, migration_files
 from .history import SqlHistory
+from .protocols import DispatchStore, HistoryStore, RegistryStore, TimingStore, TrustStore
 from .registry import SqlRegistry
 from .timing import SqlTiming
 from .trust import AUDIT_KEYED_MIGRATION, SqlTrust
@@ -46,11 +47,13 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.q = engine.q
-        self.trust = SqlTrust(engine)
-        self.registry = SqlRegistry(engine, self.trust.append_in)
-        self.timing = SqlTiming(engine, self.trust.append_in)
-        self.dispatch = SqlDispatch(engine, self.trust.append_in)
-        self.history = SqlHistory(engine)
+        trust = SqlTrust(engine)
+        # Callers see each area through its protocol (what it guarantees), not its implementation.
+        self.trust: TrustStore = trust
+        self.registry: RegistryStore = SqlRegistry(engine, trust.append_in)
+        self.timing: TimingStore = SqlTiming(engine, trust.append_in)
+        self.dispatch: DispatchStore = SqlDispatch(engine, trust.append_in)
+        self.history: HistoryStore = SqlHistory(engine)
 
     @classmethod
     def open(cls, url: str, *, settings: Settings | None = None, migrate: bool | None = None) -> Store:

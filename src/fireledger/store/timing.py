@@ -41,6 +41,7 @@ class SqlTiming(TimingLeases):
         return [DueRow(*r) for r in rows]
 
     def earliest_due(self) -> int | None:
+        """The earliest ``next_us`` of the whole due index, or None when it is empty."""
         with self.engine.read() as c:
             row = c.execute(self.q["earliest_due"]).fetchone()
         return None if row is None or row[0] is None else int(row[0])

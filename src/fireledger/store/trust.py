@@ -300,11 +300,13 @@ class SqlTrust(Area):
         return [rec.principal(r) for r in rows]
 
     def get_principal(self, tenant_id: str, principal_id: str) -> Principal | None:
+        """The tenant's principal (revoked ones too), or None — also for another tenant's."""
         with self.engine.read() as c:
             row = c.execute(self.q["trust_get_principal"], {"tenant_id": tenant_id, "id": principal_id}).fetchone()
         return rec.principal(row) if row else None
 
     def count_principals(self, tenant_id: str) -> int:
+        """How many principals the tenant has (revoked ones too)."""
         with self.engine.read() as c:
             return int(c.execute(self.q["trust_count_principals"], {"tenant_id": tenant_id}).fetchone()[0])
 
@@ -440,16 +442,22 @@ class SqlTrust(Area):
         return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     def create_tenant_with_principal(self, tenant: Tenant, principal: Principal, token_hash: str) -> None:
+        """Insert a tenant and its first principal in one transaction, unaudited (tests and tools;
+        the API uses :meth:`create_tenant_audited`)."""
         with self.engine.write() as c:
             c.execute(self.q["insert_tenant"], {"id": tenant.id, "name": tenant.name,
                                                 "created_us": tenant.created_us})
             c.execute(self.q["insert_principal"], rec.principal_params(principal, token_hash))
 
     def create_principal(self, principal: Principal, token_hash: str) -> None:
+        """Insert a principal (its token only as a hash), unaudited (tests and tools; the API uses
+        :meth:`create_principal_audited`)."""
         with self.engine.write() as c:
             c.execute(self.q["insert_principal"], rec.principal_params(principal, token_hash))
 
     def principal_by_token_hash(self, token_hash: str) -> Principal | None:
+        """The principal whose token hashes to ``token_hash`` (revoked ones too: the caller checks
+        ``revoked_us``), or None."""
         with self.engine.read() as c:
             row = c.execute(self.q["principal_by_token_hash"], {"token_hash": token_hash}).fetchone()
         if not row:
