@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from fireledger.dispatch.internal import PREFIX as INTERNAL_PREFIX
 from fireledger.dispatch.internal import name_problem
 from fireledger.domain.keys import new_id
-from fireledger.domain.model import Principal, Target
+from fireledger.domain.model import Principal, Target, TargetKind, VerificationState
 from fireledger.domain.trust_records import TargetTrust
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.envelope import sealed_target
@@ -152,8 +152,9 @@ def create_target(body: TargetCreate, response: Response, principal: Principal =
     if ctx.store.registry.count_targets(principal.tenant_id) >= limit:
         raise ProblemError(409, f"the tenant has {limit} targets, the limit", slug="limit-reached")
     target = Target(
-        id=new_id("tg"), tenant_id=principal.tenant_id, kind=body.kind, url=url,
-        secret=new_signing_secret(), verification_state="unverified" if body.kind == "http" else "verified",
+        id=new_id("tg"), tenant_id=principal.tenant_id, kind=TargetKind(body.kind), url=url,
+        secret=new_signing_secret(),
+        verification_state=VerificationState.UNVERIFIED if body.kind == "http" else VerificationState.VERIFIED,
         verification_token=secrets.token_urlsafe(24), created_us=ctx.now_us(),
     )
     ctx.store.registry.create_target_audited(sealed_target(ctx.store, target), principal.id)

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .model import TargetKind, VerificationState
+
 GENESIS_HASH = "0" * 64
 
 
@@ -26,7 +28,7 @@ SEAL_ACTION = "audit.seal"
 @dataclass(frozen=True, slots=True)
 class AuditNote:
     """An audit row to append inside the transaction of the change it records (the registry's acts:
-    :meth:`SqlStore.create_trigger`, ``amend_trigger``, ``insert_fires``). ``prior``/``new`` are plain
+    :meth:`SqlRegistry.create_trigger`, ``amend_trigger``, ``insert_fires``). ``prior``/``new`` are plain
     JSON values (canonicalised when appended); never payloads, secrets or tokens."""
 
     tenant_id: str | None
@@ -66,9 +68,9 @@ class TargetTrust:
 
     id: str
     tenant_id: str
-    kind: str
+    kind: TargetKind
     url: str | None
-    state: str
+    state: VerificationState
     token: str
     verified_us: int | None
     expires_us: int | None

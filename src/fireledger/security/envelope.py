@@ -17,7 +17,7 @@
   (:func:`open_job_payload`). Nothing here logs; errors name tenant, trigger and version, never
   content.
 * **Crypto-shredding.** Deleting a tenant removes its wrapped key in the same transaction
-  (:meth:`fireledger.store.trust.TrustMixin.delete_tenant`): its payloads can no longer be opened by
+  (:meth:`fireledger.store.trust.SqlTrust.delete_tenant`): its payloads can no longer be opened by
   anyone. Unwrapped keys are cached per process for at most :data:`KEY_CACHE_S` seconds, so a
   deletion reaches every process within that time (at once in the deleting one: :meth:`forget`).
 * **No plaintext path.** A payload without the envelope prefix is refused as unreadable (with that

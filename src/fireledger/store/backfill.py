@@ -1,9 +1,9 @@
-"""Backfill's store operations (a :class:`~fireledger.store.SqlStore` mixin).
+"""Backfill's store operations (SQL text; the methods are the registry area's).
 
-* :meth:`BackfillMixin.backfill_window` — what the ledger already holds for one trigger over a
+* :meth:`RegistryGaps.backfill_window` — what the ledger already holds for one trigger over a
   window: the instants that have a backfill fire (the backfill sequence) and the instants that have
   a delivered fire of any sequence. One range of the primary key (tenant, trigger, instant, seq).
-* :meth:`BackfillMixin.commit_backfill` — insert the backfill fires (``ON CONFLICT DO NOTHING``: a
+* :meth:`RegistryGaps.commit_backfill` — insert the backfill fires (``ON CONFLICT DO NOTHING``: a
   key already present is a normal outcome, reported as such) **and** the audit row of the act in ONE
   transaction, so no backfill fire exists without its audit record and a refused or failed commit
   leaves neither. ``progress`` is called between chunks (the operator command draws a progress bar);

@@ -1,4 +1,4 @@
-"""The web console's state and page queries (a :class:`~fireledger.store.SqlStore` mixin).
+"""The web console's state and page queries (SQL text; sessions in the trust area, pages in the history area).
 
 Contracts:
 
@@ -6,13 +6,13 @@ Contracts:
   keyed by the SHA-256 of a random session id (the cookie holds the id, never a bearer token). It
   is live while ``now < expires_us``, its principal is not revoked and its tenant is not deleted —
   checked by one join on every page, so revocation and tenant deletion end every session at once in
-  every process. :meth:`ConsoleMixin.end_console_session` deletes it (sign out). Creating a session
+  every process. :meth:`SqlTrust.end_console_session` deletes it (sign out). Creating a session
   deletes expired rows and keeps at most :data:`SESSIONS_PER_PRINCIPAL` live sessions per principal
   (the oldest go): a principal that signs in in a loop cannot grow the table.
 * **Page queries** read a bounded page in a fixed number of statements, whatever the number of
   triggers: the triggers with their current versions in one statement
-  (:meth:`ConsoleMixin.console_triggers`), the last ``n`` fire states of each in one more
-  (:meth:`ConsoleMixin.console_recent_states`). Payloads are never selected.
+  (:meth:`SqlHistory.console_triggers`), the last ``n`` fire states of each in one more
+  (:meth:`SqlHistory.console_recent_states`). Payloads are never selected.
 * Every method takes ``now_us`` from its caller; nothing here reads a clock.
 """
 

@@ -1,7 +1,7 @@
 """The dispatch area: claims, shaping state, settlement, queues, outcomes and tenant quotas.
 
 
-* :meth:`DispatchingMixin.claim_shaped` — one claim transaction for all lanes: the due fires of
+* :meth:`SqlDispatch.claim_shaped` — one claim transaction for all lanes: the due fires of
   each lane in fair order (oldest first within a trigger, round-robin across a tenant's triggers and
   across tenants), locked with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so any number of dispatch
   processes share the lanes without double-claiming (on SQLite, one writer, the ranking is read just
@@ -9,7 +9,7 @@
   (locked in key order, so concurrent claims never deadlock), the tenants' quotas and their attempts
   in flight in every process; a caller-supplied *shaper* (``fireledger.dispatch.shaping``) decides;
   the store leases the admitted fires, records their attempts and the new bucket states, and commits.
-* :meth:`DispatchingMixin.settle_dispatch` — finish attempts and settle fires (compare-and-set on
+* :meth:`SqlDispatch.settle_dispatch` — finish attempts and settle fires (compare-and-set on
   the lease), and for a ``queue`` target put the delivered fire on the tenant's queue in the same
   transaction.
 * Queues (``queue_pull``, ``queue_ack``, ``queue_stats``): at-least-once, a visibility timeout,
@@ -182,7 +182,7 @@ class SqlDispatch(DispatchQueues):
             if pre is not None:
                 keys_json = json.dumps([[f.tenant_id, f.trigger_id, f.scheduled_us, f.seq]
                                         for fs in pre.values() for f in fs])
-                fresh = {(r[0], r[1], r[2], r[3]): Fire(*r) for r in c.execute(
+                fresh = {(r[0], r[1], r[2], r[3]): rec.fire(r) for r in c.execute(
                     q["dp_still_due"], {"ids": keys_json, "now_us": now_us}).fetchall()}
                 cands = {lane: [fresh[k] for k in (_pk(f) for f in fs) if k in fresh] for lane, fs in pre.items()}
                 # Another claimer (a thread or process sharing the file) took most of this order
@@ -233,7 +233,7 @@ class SqlDispatch(DispatchQueues):
             query = q["dp_candidates"] if lane == ON_TIME else q["dp_candidates_paced"]
             rows = c.execute(query, {"lane": lane, "now_us": now_us, "limit": limit}).fetchall()
             rows = sorted(rows, key=lambda r: (r[-2], r[-1], r[15], r[0]))   # held, rn, next attempt, tenant
-            cands[lane] = [Fire(*r[:-2]) for r in rows]
+            cands[lane] = [rec.fire(r[:-2]) for r in rows]
         return cands
 
     def _lease(self, c: Any, now_us: int, owner: str, admitted: Sequence[tuple[Fire, str]],
@@ -246,7 +246,7 @@ class SqlDispatch(DispatchQueues):
         for row in c.execute(q["dp_versions"], {"ids": json.dumps(pairs)}).fetchall():
             v = rec.version(row)
             versions[(v.trigger_id, v.version)] = v
-        targets = {r[0]: Target(*r) for r in c.execute(
+        targets = {r[0]: rec.target(r) for r in c.execute(
             q["dp_targets"], {"ids": _ids({v.target_id for v in versions.values()})}).fetchall()}
         jobs: list[ClaimedJob] = []
         leases: list[dict[str, Any]] = []
@@ -271,7 +271,7 @@ class SqlDispatch(DispatchQueues):
             p = {**rec.key_params(f), "owner": owner, "until_us": clamp_us(until), "now_us": now_us}
             leases.append(p)
             attempts.append({**rec.key_params(f), "attempt": f.attempts + 1, "now_us": now_us, "owner": owner})
-            leased = replace(f, state="dispatching", attempts=f.attempts + 1, next_attempt_us=until,
+            leased = replace(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
                              dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
             jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
                                                v.schedule), admission))

@@ -1,6 +1,6 @@
-"""The dispatch plane's store operations (a :class:`~fireledger.store.SqlStore` mixin).
+"""The dispatch plane's store operations (their SQL text; the methods are :mod:`fireledger.store.dispatch`).
 
-* :meth:`DispatchingMixin.claim_shaped` — one claim transaction for all lanes: the due fires of
+* :meth:`SqlDispatch.claim_shaped` — one claim transaction for all lanes: the due fires of
   each lane in fair order (oldest first within a trigger, round-robin across a tenant's triggers and
   across tenants), locked with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so any number of dispatch
   processes share the lanes without double-claiming (on SQLite, one writer, the ranking is read just
@@ -8,7 +8,7 @@
   (locked in key order, so concurrent claims never deadlock), the tenants' quotas and their attempts
   in flight in every process; a caller-supplied *shaper* (``fireledger.dispatch.shaping``) decides;
   the store leases the admitted fires, records their attempts and the new bucket states, and commits.
-* :meth:`DispatchingMixin.settle_dispatch` — finish attempts and settle fires (compare-and-set on
+* :meth:`SqlDispatch.settle_dispatch` — finish attempts and settle fires (compare-and-set on
   the lease), and for a ``queue`` target put the delivered fire on the tenant's queue in the same
   transaction.
 * Queues (``queue_pull``, ``queue_ack``, ``queue_stats``): at-least-once, a visibility timeout,

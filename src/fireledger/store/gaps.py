@@ -1,20 +1,20 @@
-"""Pause, resume and the gaps they leave (a :class:`~fireledger.store.SqlStore` mixin; decision 0063).
+"""Pause, resume and the gaps they leave (the registry area's second half, :class:`RegistryGaps`; decision 0063).
 
-* **Pause** (:meth:`GapsMixin.pause_trigger`) turns an active trigger paused, removes its due row and
+* **Pause** (:meth:`RegistryGaps.pause_trigger`) turns an active trigger paused, removes its due row and
   records its *resume point* in ``triggers.paused_us``: the pause instant, or — when the due row
   still held an instant at or before the pause (not yet decided) — just before that instant. Every
   instant of the trigger after the resume point is undecided; every one at or before it is decided
   or was never due while the trigger was active.
-* **Resume** (:meth:`GapsMixin.resume_trigger`) turns it active and writes the due row the caller
+* **Resume** (:meth:`RegistryGaps.resume_trigger`) turns it active and writes the due row the caller
   computed from the resume point (the first instant after it), compare-and-set on the state, the
   current version and the resume point read. The timing plane then plans the paused gap exactly like
   an outage: expired beyond the catch-up horizon, per missed-fire policy within it.
   ``triggers.resumed_us`` keeps the instant of the resume (the shadow rebuilder uses both).
-* **A trigger the timing plane cannot plan** (:meth:`GapsMixin.pause_failing`; decision 0087): its
+* **A trigger the timing plane cannot plan** (:meth:`RegistryGaps.pause_failing`; decision 0087): its
   due instant is recorded ``failed`` with the cause, its due row removed (compare-and-set on the row
   the loop read) and the trigger paused with ``pause_reason`` and the failed instant as its resume
   point, in one transaction. A pause or resume by a principal clears the reason.
-* **The last recorded gap** (:meth:`GapsMixin.last_gap_fires`): the fire records of the most recent
+* **The last recorded gap** (:meth:`RegistryGaps.last_gap_fires`): the fire records of the most recent
   plan that missed instants — the plan of the newest ``catch-up`` fire, i.e. every ``scheduled`` and
   ``catch-up`` fire of the trigger sharing its ``decided_us`` (one plan per trigger per decision).
 
@@ -156,7 +156,7 @@ class RegistryGaps(Area):
                 return []
             rows = c.execute(self.q["gp_plan_fires"], {"tenant_id": tenant_id, "trigger_id": trigger_id,
                                                        "decided_us": int(row[0])}).fetchall()
-        return [Fire(*r) for r in rows]
+        return [rec.fire(r) for r in rows]
 
     def backfill_window(self, tenant_id: str, trigger_id: str, lo_us: int, hi_us: int,
                         seq: int) -> tuple[set[int], set[int]]:

@@ -10,7 +10,7 @@ Contracts:
 * Pages are keyset-paged: per trigger by ``(scheduled_us, seq)``, per tenant by
   ``(scheduled_us, trigger_id, seq)``, ascending or descending. The per-trigger range is the
   primary key; the per-tenant range is index ``fires_by_tenant_instant`` (migration 0005).
-* The paging signal (:meth:`HistoryMixin.due_waiting_by_partition`) counts, per partition, due-index
+* The paging signal (:meth:`SqlHistory.due_waiting_by_partition`) counts, per partition, due-index
   rows whose instant has passed (not yet decided: the timing plane) and fires never attempted whose
   dispatch time has passed (decided, not dispatched: the dispatch plane). Retries of a fire already
   attempted are the target's problem, not a stall, and the backfill lane drains slowly by design:
@@ -186,7 +186,7 @@ class SqlHistory(Area):
                 "to_us": fires[-1].scheduled_us}).fetchall()
         by_key: dict[tuple[int, int], list[Attempt]] = {}
         for r in arows:
-            by_key.setdefault((r[0], r[1]), []).append(Attempt(*r[2:]))
+            by_key.setdefault((r[0], r[1]), []).append(rec.attempt(r[2:]))
         return [rec.with_attempts(f, by_key.get((f.scheduled_us, f.seq), [])) for f in fires]
 
     def get_fire(self, key: FireKey) -> Fire | None:
@@ -200,7 +200,7 @@ class SqlHistory(Area):
             arows = c.execute(self.q["attempts_of_trigger_range"], {
                 "tenant_id": key.tenant_id, "trigger_id": key.trigger_id, "from_us": key.scheduled_us,
                 "to_us": key.scheduled_us}).fetchall()
-        attempts = [Attempt(*r[2:]) for r in arows if r[1] == key.seq]
+        attempts = [rec.attempt(r[2:]) for r in arows if r[1] == key.seq]
         return rec.with_attempts(rec.fire(row), attempts)
 
     def history_fires(self, tenant_id: str, *, trigger_id: str | None = None, from_us: int | None = None,
@@ -256,7 +256,7 @@ class SqlHistory(Area):
             found: dict[tuple[str, str, int, int], list[Attempt]] = {}
             if keys:
                 for r in c.execute(self.q["hist_attempts_of_fires"], {"keys": json.dumps(keys)}).fetchall():
-                    found.setdefault((str(r[0]), str(r[1]), int(r[2]), int(r[3])), []).append(Attempt(*r[4:]))
+                    found.setdefault((str(r[0]), str(r[1]), int(r[2]), int(r[3])), []).append(rec.attempt(r[4:]))
             return [replace(f, attempt_list=tuple(found.get((f.tenant_id, f.trigger_id, f.scheduled_us, f.seq), ())))
                     if (f.attempts or f.dispatched_us is not None) else f for f in fires]
         spans: dict[tuple[str, str], list[int]] = {}
@@ -270,7 +270,7 @@ class SqlHistory(Area):
             rows = c.execute(self.q["attempts_of_trigger_range"], {
                 "tenant_id": tenant_id, "trigger_id": trigger_id, "from_us": lo, "to_us": hi}).fetchall()
             for r in rows:
-                by_key.setdefault((trigger_id, r[0], r[1]), []).append(Attempt(*r[2:]))
+                by_key.setdefault((trigger_id, r[0], r[1]), []).append(rec.attempt(r[2:]))
         return [replace(f, attempt_list=tuple(by_key.get((f.trigger_id, f.scheduled_us, f.seq), ())))
                 for f in fires]
 

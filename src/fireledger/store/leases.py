@@ -1,4 +1,5 @@
-"""The multi-node timing plane's store operations (a :class:`~fireledger.store.SqlStore` mixin).
+"""The multi-node timing plane's store operations: the timing area's first half,
+:class:`TimingLeases` (:class:`~fireledger.store.timing.SqlTiming` extends it), and its SQL text.
 
 * **Sessions and partition leases.** A timing node's session is its ``nodes`` row: ``heartbeat``
   upserts it and, in the same transaction, renews every lease the node holds (``expires_us``) — or,

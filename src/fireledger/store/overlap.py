@@ -1,14 +1,14 @@
-"""Overlap policy store operations (a :class:`~fireledger.store.SqlStore` mixin; decision 0060).
+"""Overlap policy store operations (SQL text; the methods are the timing area's, decision 0060).
 
-* :meth:`OverlapMixin.overlap_facts` — for a batch of triggers, in ONE statement: each trigger's
+* :meth:`SqlTiming.overlap_facts` — for a batch of triggers, in ONE statement: each trigger's
   previous fire (its most recent fire by key order, ``(scheduled_us, seq)``, that is not
   ``skipped``, ``expired`` or ``held``) with its state, first dispatch and whether a work outcome
   was reported, and the fire it holds (``held``, at most one). Walks the primary key backwards from
   the newest fire (skipping the few skipped/expired records an overlap leaves behind) and the
   ``fires_held`` partial index (migration 0006).
-* :meth:`OverlapMixin.held_fires` — every held fire (the timing loop re-evaluates them each cycle)
+* :meth:`SqlTiming.held_fires` — every held fire (the timing loop re-evaluates them each cycle)
   with its trigger's partition and current version.
-* :meth:`OverlapMixin.release_held` — compare-and-set ``held`` → ``pending`` (released) in one
+* :meth:`SqlTiming.release_held` — compare-and-set ``held`` → ``pending`` (released) in one
   transaction; zero rows (already released or superseded elsewhere) is a normal outcome.
 * ``_apply_fire_updates`` — the same compare-and-set inside ``apply_decisions``' transaction (a
   held fire superseded by a newer instant, committed with the decision that holds the newer one).

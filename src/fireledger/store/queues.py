@@ -46,7 +46,7 @@ class DispatchQueues(Area):
                                                   "now_us": now_us, "limit": limit}).fetchall()
             params = []
             for r in rows:
-                fire = Fire(*r[5:-1])
+                fire = rec.fire(r[5:-1])
                 params.append({**rec.key_params(fire), "visible_us": until})
                 out.append(QueueMessage(fire, bytes(r[-1]), int(r[4]) + 1, until))
             if params:
@@ -79,7 +79,7 @@ class DispatchQueues(Area):
             row = c.execute(self.q["dp_outcome_context"], rec.key_params(key)).fetchone()
         if not row:
             return None
-        return Fire(*row[:16]), Target(*row[16:])
+        return rec.fire(row[:16]), rec.target(row[16:])
 
     def record_outcome(self, key: FireKey, outcome: str, now_us: int, *, target_id: str, msg_id: str,
                        replay_window_us: int) -> bool:

@@ -1,10 +1,10 @@
-"""Report queries off the fire path (a :class:`~fireledger.store.SqlStore` mixin): read only.
+"""Report queries off the fire path (SQL text; the methods are the history and registry areas'): read only.
 
-* :meth:`ReportsMixin.smear_rows` — a tenant's *on-time scheduled* fires over a window of scheduled
+* :meth:`SqlHistory.smear_rows` — a tenant's *on-time scheduled* fires over a window of scheduled
   instants (those jitter smearing applies to), keyset-paged by (scheduled instant, trigger, seq) over
   index ``fires_by_tenant_instant``: trigger, version, scheduled instant, sequence and first dispatch.
   Fires withheld (``skipped``, ``expired``) are left out: they were never going to be dispatched.
-* :meth:`ReportsMixin.version_jitter_s` — a version's smearing window (its policies).
+* :meth:`SqlRegistry.version_jitter_s` — a version's smearing window (its policies).
 
 The smearing report itself (``fireledger.observe.smearing``) recomputes each fire's dispatch
 not-before instant from these with the timing plane's own function (decision 0067).

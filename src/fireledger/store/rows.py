@@ -17,20 +17,25 @@ from fireledger.domain.keys import FireKey
 from fireledger.domain.model import (
     Advance,
     Attempt,
+    AttemptResult,
     Fire,
+    FireKind,
     FireState,
+    Lane,
     MissedFirePolicy,
     NewFire,
     OverlapPolicy,
     Policies,
     Principal,
     Target,
+    TargetKind,
     Trigger,
     TriggerState,
     TriggerVersion,
+    VerificationState,
 )
 from fireledger.domain.timing_records import DIVERGENCE_KINDS, ShadowReport, ShadowRow
-from fireledger.domain.trust_records import AuditEntry
+from fireledger.domain.trust_records import AuditEntry, TargetTrust
 
 
 @lru_cache(maxsize=1024)
@@ -59,14 +64,29 @@ def policies_from_json(text: str) -> Policies:
     return p
 
 
+_KINDS = {k.value: k for k in FireKind}
+_LANES = {k.value: k for k in Lane}
+_STATES = {k.value: k for k in FireState}
+_RESULTS = {k.value: k for k in AttemptResult}
+_TARGET_KINDS = {k.value: k for k in TargetKind}
+_VERIFICATION = {k.value: k for k in VerificationState}
+
+
 def fire(row: Sequence[Any]) -> Fire:
-    """A :class:`Fire` from a row of ``FIRE_COLS`` (or ``FIRE_COLS_EVIDENCE``)."""
-    return Fire(*row)
+    """A :class:`Fire` from a row of ``FIRE_COLS`` (or ``FIRE_COLS_EVIDENCE``); kind, lane and state
+    as their enums (a dict lookup: this runs for every fire a claim or a page reads)."""
+    return Fire(row[0], row[1], row[2], row[3], row[4], _KINDS[row[5]], _LANES[row[6]], _STATES[row[7]],
+                *row[8:])
+
+
+def attempt(row: Sequence[Any]) -> Attempt:
+    """An :class:`Attempt` from ``attempt, started_us, finished_us, result, http_status, error, node``."""
+    return Attempt(row[0], row[1], row[2], None if row[3] is None else _RESULTS[row[3]], *row[4:])
 
 
 def target(row: Sequence[Any]) -> Target:
     """A :class:`Target` from a row of the target columns (its secret as stored: sealed)."""
-    return Target(*row)
+    return Target(row[0], row[1], _TARGET_KINDS[row[2]], row[3], row[4], _VERIFICATION[row[5]], *row[6:])
 
 
 def trigger(row: Sequence[Any]) -> Trigger:
@@ -82,6 +102,11 @@ def version(row: Sequence[Any]) -> TriggerVersion:
         target_id=row[4], payload=bytes(row[5]), policies=policies_from_json(row[6]),
         tzdata_version=row[7], created_us=row[8],
     )
+
+
+def target_trust(row: Sequence[Any]) -> TargetTrust:
+    """A :class:`TargetTrust` from a row of ``trust_target``."""
+    return TargetTrust(row[0], row[1], _TARGET_KINDS[row[2]], row[3], _VERIFICATION[row[4]], *row[5:])
 
 
 def principal(row: Sequence[Any]) -> Principal:
@@ -179,7 +204,7 @@ def shadow_row(r: Sequence[Any]) -> ShadowRow:
                      opt_int(r[7]), opt_int(r[8]), opt_int(r[9]), opt_int(r[10]), opt_int(r[11]), opt_int(r[12]))
 
 
-__all__ = ["advance_params", "audit", "due_params", "fire", "fire_params", "key_params", "opt_int",
+__all__ = ["advance_params", "attempt", "audit", "due_params", "fire", "fire_params", "key_params", "opt_int",
            "policies_from_json", "policies_to_json", "principal", "principal_params", "shadow_report",
-           "shadow_row", "target", "target_params", "trigger", "trigger_params", "version", "version_params",
-           "with_attempts"]
+           "shadow_row", "target", "target_params", "target_trust", "trigger", "trigger_params", "version",
+           "version_params", "with_attempts"]

@@ -336,7 +336,7 @@ class SqlTrust(Area):
         """The verification state of a target (any tenant's, deleted ones too): the dispatch check."""
         with self.engine.read() as c:
             row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
-        return TargetTrust(*row) if row else None
+        return rec.target_trust(row) if row else None
 
     def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
                                 expires_us: int | None, error: str | None, actor: str, now_us: int,
