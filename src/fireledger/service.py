@@ -161,7 +161,7 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
         settings = Settings.from_env()
     system = SystemClock(settings.declared_eps_us)
     clock: Clock = system
-    if store.engine_name == "postgres":
+    if store.engine.caps.server_clock:
         clock = CrossCheckedClock(system, ServerClockProbe(store))  # one dedicated connection
     iv = system.now()
     if iv.source == "declared":

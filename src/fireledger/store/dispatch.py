@@ -141,7 +141,7 @@ class SqlDispatch(DispatchQueues):
         inside the transaction) lets a dispatcher reuse one ranking of a large backlog over several
         rounds (:class:`RankCache`).
         """
-        ranked_first = self.engine.name == "sqlite"
+        ranked_first = not self.engine.caps.skip_locked   # one writer: rank before the write transaction
         if ranked_first:
             # SQLite has one writer: rank outside the write transaction (WAL readers block no one,
             # so the timing loop keeps committing while a large backlog is ranked), then keep, in

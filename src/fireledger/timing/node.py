@@ -89,7 +89,7 @@ class ServerClockProbe:
         self._conn: Any = None
 
     def __call__(self) -> int:
-        if self.store.engine_name != "postgres":
+        if not self.store.engine.caps.server_clock:
             return self.store.server_time_us()
         import psycopg
 
