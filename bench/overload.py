@@ -35,7 +35,7 @@ from typing import Any
 from benchkit import BENCH, SECRET, S, Sink, machine, say, summarise, wait_until
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from load import compiled, load_triggers
 
 SCENARIO = "tenant-overload"
@@ -67,7 +67,7 @@ class Plane:
 
         self.url = url
         now = time.time_ns() // 1000
-        store = SqlStore.open(url)
+        store = Store.open(url)
         try:
             self.tenant = add_tenant(store, "overload", now_us=now)   # the default quota: 100/s, 100 in flight
             self.target = add_target(store, self.tenant, url=receiver_url, secret=SECRET, now_us=now)
@@ -90,7 +90,7 @@ class Plane:
         now = time.time_ns() // 1000
         specs = ({"every": "1s", "anchor": format_instant(from_us(base_us + (i * S // n if spread else 0))),
                   "not_after": format_instant(from_us(end_us - 1))} for i in range(n))
-        store = SqlStore.open(self.url)
+        store = Store.open(self.url)
         try:
             return load_triggers(store, self.tenant, self.target, compiled(specs, now), now)
         finally:
@@ -103,7 +103,7 @@ class Plane:
 
 def ledger(url: str, window: tuple[int, int]) -> dict[str, Any]:
     """States, records and attempts (by result) of the fires scheduled in ``window``."""
-    store = SqlStore.open(url)
+    store = Store.open(url)
     ph = "?" if store.engine_name == "sqlite" else "%s"
     where = f"scheduled_us >= {ph} AND scheduled_us < {ph}"
     try:

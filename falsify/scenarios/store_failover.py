@@ -166,7 +166,7 @@ def _judge(out: dict[str, Any]) -> list[str]:
 
 def primary_kill(shared: int, own: int, warmup_s: float, after_s: float) -> dict[str, Any]:
     from e2e import Service, cli, wait_until
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from hacluster import HaCluster
     from sink import SinkServer
 
@@ -184,7 +184,7 @@ def primary_kill(shared: int, own: int, warmup_s: float, after_s: float) -> dict
         url = cluster.up()
         out["cluster_up_s"] = round(time.monotonic() - t0, 1)
         cli("db", "upgrade", "--db", url)
-        store = SqlStore.open(url)
+        store = Store.open(url)
         try:
             triggers = _load(store, sink, shared, own)
         finally:

@@ -42,9 +42,9 @@ def test_metrics_expose_the_role(store):
 
 
 def test_unreachable_store_reads_as_unreachable(pg_server):
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
 
-    s = SqlStore.open(pg_server.new_database(), migrate=True)
+    s = Store.open(pg_server.new_database(), migrate=True)
     s.engine.url = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=1"   # type: ignore[attr-defined]
     s.engine.close()
     try:

@@ -28,7 +28,7 @@ from fireledger.domain.keys import from_us
 from fireledger.domain.model import Tenant
 from fireledger.recurrence import format_instant
 from fireledger.registry import Registry, definition
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_tenant, store_url
@@ -51,7 +51,7 @@ def _origin() -> int:
     return int(time.time()) * S
 
 
-def _triggers(store: SqlStore, tenant: Tenant, url: str, n: int, start: int, now_us: int | None = None) -> int:
+def _triggers(store: Store, tenant: Tenant, url: str, n: int, start: int, now_us: int | None = None) -> int:
     """``n`` interval triggers of 1 s, all anchored at ``start``: ``n`` fires due at each second,
     the first after ``now_us`` (default ``start``). Returns their first instant."""
     now = start if now_us is None else now_us
@@ -64,7 +64,7 @@ def _triggers(store: SqlStore, tenant: Tenant, url: str, n: int, start: int, now
     return first
 
 
-def _commit(store: SqlStore, clock: FakeClock) -> int:
+def _commit(store: Store, clock: FakeClock) -> int:
     """Let the timing plane commit every fire due at the clock's reading; how many it committed."""
     loop = TimingLoop(store, clock, "t1")
     total = 0
@@ -75,7 +75,7 @@ def _commit(store: SqlStore, clock: FakeClock) -> int:
             return total
 
 
-def _states(store: SqlStore, tenant_id: str) -> Counter[str]:
+def _states(store: Store, tenant_id: str) -> Counter[str]:
     with store.engine.read() as c:
         ph = "?" if store.engine_name == "sqlite" else "%s"
         rows = c.execute(f"SELECT state, COUNT(*) FROM fires WHERE tenant_id = {ph} GROUP BY state",
@@ -83,7 +83,7 @@ def _states(store: SqlStore, tenant_id: str) -> Counter[str]:
     return Counter({str(s): int(n) for s, n in rows})
 
 
-async def _drain(dispatchers: list[Dispatcher], store: SqlStore, tenant_id: str, due: int,
+async def _drain(dispatchers: list[Dispatcher], store: Store, tenant_id: str, due: int,
                  max_rounds: int) -> int:
     """Rounds (each dispatcher claims once, then each records its results) until ``due`` fires of
     the tenant are delivered; returns the number of rounds (fails past ``max_rounds``)."""
@@ -98,7 +98,7 @@ async def _drain(dispatchers: list[Dispatcher], store: SqlStore, tenant_id: str,
 
 
 def test_a_tenant_three_times_over_its_quota_alone_is_claimed_in_a_bounded_number_of_rounds(
-        store: SqlStore, sink: SinkServer) -> None:
+        store: Store, sink: SinkServer) -> None:
     """3 × its fires/s quota due at one instant and nothing else due: the burst goes in quota, the
     rest over quota, bounded only by the tenant's in-flight quota (100) — three rounds of two
     dispatchers, with the clock standing still (no second of quota is regained)."""
@@ -111,7 +111,7 @@ def test_a_tenant_three_times_over_its_quota_alone_is_claimed_in_a_bounded_numbe
     url = store_url(store)
 
     async def steps() -> tuple[int, Counter[str], list[int]]:
-        second = SqlStore.open(url)
+        second = Store.open(url)
         try:
             async with Dispatcher(store, clock, "d1") as d1, Dispatcher(second, clock, "d2") as d2:
                 rounds = await _drain([d1, d2], store, t.id, 3 * QUOTA, max_rounds=4)
@@ -126,7 +126,7 @@ def test_a_tenant_three_times_over_its_quota_alone_is_claimed_in_a_bounded_numbe
     assert len({r["fire_key"] for r in sink.records()}) == 3 * QUOTA
 
 
-def test_a_tenant_within_its_quota_is_not_delayed_by_one_over_it(store: SqlStore, sink: SinkServer) -> None:
+def test_a_tenant_within_its_quota_is_not_delayed_by_one_over_it(store: Store, sink: SinkServer) -> None:
     """The over-quota tenant has been sending 3 × its quota for a second (its bucket in debt); at the
     next second its 300 fires and the small tenant's 20 are due together, and each dispatcher has
     only 64 slots: the small tenant's fires all go in the first claim, as in-quota work."""
@@ -140,7 +140,7 @@ def test_a_tenant_within_its_quota_is_not_delayed_by_one_over_it(store: SqlStore
     url = store_url(store)
 
     async def steps() -> tuple[Counter[str], Counter[str], Counter[str]]:
-        second = SqlStore.open(url)
+        second = Store.open(url)
         try:
             async with Dispatcher(store, clock, "d1", concurrency=64) as d1, \
                     Dispatcher(second, clock, "d2", concurrency=64) as d2:
@@ -179,7 +179,7 @@ def _loops(plan: Any, kind: str) -> list[int]:
     return out
 
 
-def test_the_postgres_claim_ranks_the_backlog_once_whatever_the_statistics(store: SqlStore, sink: SinkServer) -> None:
+def test_the_postgres_claim_ranks_the_backlog_once_whatever_the_statistics(store: Store, sink: SinkServer) -> None:
     """Counted, not timed: with 600 due fires on a ``fires`` table the planner has no statistics for
     (autovacuum off, never analysed — a fresh database, as in the bench), the claim query computes
     the fair ranking once (every window aggregate runs one loop) and locks at most ``limit`` rows."""

@@ -98,7 +98,7 @@ class Metrics:
 class StoreCollector:
     """Cluster-wide metrics computed from the store at scrape time (see the module docstring).
 
-    ``store`` is a :class:`~fireledger.store.SqlStore`; ``clock`` a :class:`~fireledger.clock.Clock`
+    ``store`` is a :class:`~fireledger.store.Store`; ``clock`` a :class:`~fireledger.clock.Clock`
     (ages are measured from its *earliest* bound, so they are never overstated).
 
     The store's answers are cached for ``ttl_s`` seconds of this process's monotonic time (default
@@ -157,10 +157,10 @@ class StoreCollector:
         now_us = self.clock.now().earliest_us
         up = GaugeMetricFamily("fireledger_store_up", "1 when the store answered this scrape")
         try:
-            waiting = self.store.due_waiting_by_partition(now_us)
-            depths = self.store.lane_depths()
-            leases = self.store.lease_rows()
-            nodes = self.store.node_rows()
+            waiting = self.store.history.due_waiting_by_partition(now_us)
+            depths = self.store.history.lane_depths()
+            leases = self.store.history.lease_rows()
+            nodes = self.store.history.node_rows()
         except Exception as exc:   # the scrape must answer even when the store does not
             log.warning("metrics: the store could not be read: %s", type(exc).__name__)
             up.add_metric([], 0.0)
