@@ -198,11 +198,13 @@ class EngineCaps:
     (``FOR UPDATE SKIP LOCKED``); without it there is one writer at a time and a claim may rank its
     candidates before it begins writing. ``notify``: a committed change can wake other processes
     (``LISTEN``/``NOTIFY``); without it they poll. ``server_clock``: the database has a clock of its
-    own, independent of this process's (used to cross-check the local clock)."""
+    own, independent of this process's (used to cross-check the local clock). ``networked``: reached
+    over the network by processes on several machines (timing leases are on by default there)."""
 
     skip_locked: bool
     notify: bool
     server_clock: bool
+    networked: bool
 
 
 class Engine(ABC):
@@ -256,7 +258,7 @@ class Engine(ABC):
 
 class SqliteEngine(Engine):
     name = "sqlite"
-    caps = EngineCaps(skip_locked=False, notify=False, server_clock=False)
+    caps = EngineCaps(skip_locked=False, notify=False, server_clock=False, networked=False)
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000, max_idle: int = DEFAULT_MAX_IDLE) -> None:
         self.path = path
@@ -376,7 +378,7 @@ class SqliteEngine(Engine):
 
 class PostgresEngine(Engine):
     name = "postgres"
-    caps = EngineCaps(skip_locked=True, notify=True, server_clock=True)
+    caps = EngineCaps(skip_locked=True, notify=True, server_clock=True, networked=True)
 
     def __init__(self, url: str, *, max_idle: int = DEFAULT_MAX_IDLE, connect_timeout_s: int = 5,
                  statement_timeout_ms: int = 30_000) -> None:

@@ -190,12 +190,12 @@ class TimingNode:
         ``ValueError`` naming the variable."""
         if settings is None:
             settings = Settings.from_env()
-        pg = store.engine_name == "postgres"
+        caps = store.engine.caps
         if leases is None:
-            leases = pg if settings.timing_leases is None else settings.timing_leases
+            leases = caps.networked if settings.timing_leases is None else settings.timing_leases
         use_leases = leases
         use_shadow = (settings.shadow is not False) if shadow is None else shadow
-        use_listen = pg if listen is None else (listen and pg)
+        use_listen = caps.notify if listen is None else (listen and caps.notify)
         guarded = StepGuardClock(clock)
         lease_cfg = lease_settings or settings.leases
         manager = LeaseManager(store, guarded, node_id, lease_cfg) if use_leases else None
