@@ -26,6 +26,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
+	./scripts/ensure-pg-auto-failover.sh >/dev/null
 	./scripts/ensure-chromium.sh >/dev/null
 	./scripts/ensure-faketime.sh >/dev/null
 	$(BIN)/ruff check src tests bench falsify
@@ -60,6 +61,7 @@ bench: $(BENCH_STAMP) $(BENCH4)/.installed
 
 falsify: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null
+	./scripts/ensure-pg-auto-failover.sh >/dev/null
 	./scripts/ensure-faketime.sh >/dev/null
 	$(BIN)/python falsify/run.py $(ARGS)
 

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fireledger.dispatch.lanes import DispatchConfig  # noqa: E402
 from fireledger.dispatch.runner import _Shaper  # noqa: E402
 from fireledger.dispatch.shaping import Capacity  # noqa: E402
+from fireledger.domain.dispatch_records import ShapedDecision  # noqa: E402
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire  # noqa: E402
-from fireledger.store import SqlStore  # noqa: E402
-from fireledger.store.dispatching import ShapedDecision  # noqa: E402
+from fireledger.store import Store  # noqa: E402
 from storekit import T0, add_target, add_tenant, add_trigger, open_store  # noqa: E402
 
 S = 1_000_000
@@ -45,16 +45,16 @@ class _Nothing:
         return ShapedDecision([], {})
 
 
-def _fill(store: SqlStore, triggers: list[Any], upto: int, have: int) -> None:
+def _fill(store: Store, triggers: list[Any], upto: int, have: int) -> None:
     """Add due fires so each trigger holds ``upto`` (it held ``have``), older ones last."""
     for trig in triggers:
-        row = store.get_trigger(trig.tenant_id, trig.id)
+        row = store.registry.get_trigger(trig.tenant_id, trig.id)
         fires = tuple(NewFire(trig.tenant_id, trig.id, T0 + k * S, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
                               FireState.PENDING, T0 + k * S, "2026f", "t") for k in range(have, upto))
-        store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
+        store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
 
 
-def measure(store: SqlStore, engine: str, n_triggers: int, backlogs: list[int], runs: int) -> None:
+def measure(store: Store, engine: str, n_triggers: int, backlogs: list[int], runs: int) -> None:
     t = add_tenant(store, "bench")
     tg = add_target(store, t)
     triggers = [add_trigger(store, t, tg, {"every": "1s"})[0] for _ in range(n_triggers)]
@@ -67,12 +67,12 @@ def measure(store: SqlStore, engine: str, n_triggers: int, backlogs: list[int], 
         times = []
         for _ in range(runs):
             started = time.perf_counter()
-            store.claim_shaped(now, "bench", {"on-time": WINDOW}, _Nothing(), 5 * S)
+            store.dispatch.claim_shaped(now, "bench", {"on-time": WINDOW}, _Nothing(), 5 * S)
             times.append(time.perf_counter() - started)
         cap = Capacity(256, {"on-time": 256, "catch-up": 0, "backfill": 0}, 128)
-        store.set_tenant_quota(t.id, fires_per_s=1e6, inflight=100_000)
+        store.dispatch.set_tenant_quota(t.id, fires_per_s=1e6, inflight=100_000)
         started = time.perf_counter()
-        res = store.claim_shaped(now, "bench", {"on-time": WINDOW}, _Shaper(DispatchConfig(), cap), 5 * S)
+        res = store.dispatch.claim_shaped(now, "bench", {"on-time": WINDOW}, _Shaper(DispatchConfig(), cap), 5 * S)
         leasing = time.perf_counter() - started
         print(json.dumps({"scenario": "claim-time", "system": engine, "n": per * n_triggers,
                           "triggers": n_triggers, "claim_read_median_ms": round(1e3 * statistics.median(times), 2),

@@ -2,7 +2,7 @@
 
 * **Timing plane**: ``n`` interval triggers (``every 1h``) whose due rows are due now; the real
   ``TimingLoop.tick()`` (system clock, its default batch, no dispatch) claims them, plans each with
-  the product's policies, and commits the fires and due-row advances (``SqlStore.apply_decisions``).
+  the product's policies, and commits the fires and due-row advances (``Store.apply_decisions``).
   ``fires_per_s`` = n ÷ the wall time of the ticks.
 * **Raw**: the same due rows in a fresh database; a plain loop inserts one fire row (the ledger's
   NOT NULL columns) and compare-and-sets the due row forward, 100 per transaction, on the store's
@@ -29,7 +29,7 @@ from typing import Any
 
 from benchkit import SECRET, S, machine, rnd, say
 from fireledger.clock import SystemClock
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.store.engine import SqliteEngine
 from fireledger.timing import TimingLoop
 from load import compiled, load_triggers, tenant_and_target
@@ -39,8 +39,8 @@ KEYS_NA = {"delivered": None, "missed": None, "early": None, "duplicate_records"
            "lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None}
 
 
-def _prepare(url: str, n: int) -> tuple[SqlStore, int]:
-    store = SqlStore.open(url, migrate=True)
+def _prepare(url: str, n: int) -> tuple[Store, int]:
+    store = Store.open(url, migrate=True)
     if isinstance(store.engine, SqliteEngine):
         # As `fireledger timing`/`serve` run it: WAL checkpoints on their own thread, off the commits
         # (the raw loop uses the same engine setup, so the ratio compares like with like).

@@ -49,7 +49,7 @@ from fireledger.dispatch.signing import build_headers  # noqa: E402
 from fireledger.domain.keys import FireKey  # noqa: E402
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire  # noqa: E402
 from fireledger.recurrence import parse_instant  # noqa: E402
-from fireledger.store import SqlStore  # noqa: E402
+from fireledger.store import Store  # noqa: E402
 from storekit import add_target, add_tenant, add_trigger  # noqa: E402
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -82,11 +82,11 @@ def records(base: str, since: int) -> list[dict[str, Any]]:
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 
-def setup(tmp: Path, base: str, n: int, name: str) -> tuple[SqlStore, int]:
-    store = SqlStore.open(f"sqlite:///{tmp}/{name}.db")
+def setup(tmp: Path, base: str, n: int, name: str) -> tuple[Store, int]:
+    store = Store.open(f"sqlite:///{tmp}/{name}.db")
     clock = SystemClock()
     t = add_tenant(store)
-    store.set_tenant_quota(t.id, fires_per_s=1e9, inflight=1_000_000)
+    store.dispatch.set_tenant_quota(t.id, fires_per_s=1e9, inflight=1_000_000)
     tg = add_target(store, t, url=f"{base}/ok", secret=SECRET)
     now = clock.now().latest_us
     triggers = [add_trigger(store, t, tg, {"at": "2035-01-01T00:00:00Z"}, now_us=now, payload={"n": "x" * 64})[0]
@@ -97,13 +97,13 @@ def setup(tmp: Path, base: str, n: int, name: str) -> tuple[SqlStore, int]:
         mine = range(i, n, len(triggers))
         fires = tuple(NewFire(t.id, trig.id, due + k, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                               due, "2026f", "bench") for k in mine)
-        row = store.get_trigger(t.id, trig.id)
+        row = store.registry.get_trigger(t.id, trig.id)
         decisions.append(Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires))
-    store.apply_decisions(decisions)
+    store.timing.apply_decisions(decisions)
     return store, due
 
 
-async def drain(store: SqlStore, keys: KeyRingFile | None, n: int, due_us: int) -> dict[str, float]:
+async def drain(store: Store, keys: KeyRingFile | None, n: int, due_us: int) -> dict[str, float]:
     clock = SystemClock()
     while clock.now().earliest_us < due_us + 1000 * math.ceil(clock.now().eps_us / 1000):
         await asyncio.sleep(0.01)
@@ -119,7 +119,7 @@ async def drain(store: SqlStore, keys: KeyRingFile | None, n: int, due_us: int) 
     return {"wall_s": wall, "cpu_s": cpu, "delivered": d.delivered}
 
 
-def credential_cost(store: SqlStore, keys: KeyRingFile, url: str) -> tuple[float, float]:
+def credential_cost(store: Store, keys: KeyRingFile, url: str) -> tuple[float, float]:
     """Median µs per attempt of the runner's HMAC signing and of its token (hash + mint)."""
     from fireledger.dispatch.lanes import DispatchConfig
     from fireledger.dispatch.runner import _Shaper
@@ -128,7 +128,7 @@ def credential_cost(store: SqlStore, keys: KeyRingFile, url: str) -> tuple[float
     fires = []
     clock = SystemClock()
     cap = Capacity(64, {"on-time": 64, "catch-up": 0, "backfill": 0}, 64)
-    res = store.claim_shaped(clock.now().latest_us + 10 * S, "probe", {"on-time": 64},
+    res = store.dispatch.claim_shaped(clock.now().latest_us + 10 * S, "probe", {"on-time": 64},
                              _Shaper(DispatchConfig(), cap), 5 * S)
     # Payloads and target secrets are stored sealed: open them as the attempt runner does (admission).
     from fireledger.security.envelope import open_job_payload
@@ -195,7 +195,7 @@ def main() -> int:
                     lateness = [r["arrived_at"] - parse_instant(r["scheduled_instant"]).timestamp() for r in recs]
                     keys_seen = [r["fire_key"] for r in recs]
                     bad = sum(1 for r in recs if not r.get("signature_ok") or not r["headers"].get("authorization"))
-                    count = store.count_fires()
+                    count = store.history.count_fires()
                     store.close()
                     store, _ = setup(tmp, base, 64, "probe")
                     sign_us, token_us = credential_cost(store, keys, f"{base}/ok")

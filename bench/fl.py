@@ -27,7 +27,7 @@ from typing import Any
 from benchkit import SECRET, S, Sink, machine, pct, rnd, say, summarise, wait_until
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from load import compiled, load_triggers, tenant_and_target
 
 #: `serve` dispatches from this many processes (FIRELEDGER_DISPATCH_PROCESSES, passed through to the
@@ -46,7 +46,7 @@ class Serve:
         self.db = db
         self.url = f"sqlite:///{db}"
         now = time.time_ns() // 1000
-        store = SqlStore.open(self.url)
+        store = Store.open(self.url)
         try:
             self.tenant, self.target = tenant_and_target(store, sink.url, SECRET, now)
         finally:
@@ -65,7 +65,7 @@ class Serve:
 
     def load(self, specs: Iterable[dict[str, Any]]) -> dict[str, Any]:
         now = time.time_ns() // 1000
-        store = SqlStore.open(self.url)
+        store = Store.open(self.url)
         try:
             return load_triggers(store, self.tenant, self.target, compiled(specs, now), now)
         finally:
@@ -76,7 +76,7 @@ class Serve:
 
 
 def ledger_facts(db: Path, window: tuple[int, int]) -> dict[str, Any]:
-    store = SqlStore.open(f"sqlite:///{db}")
+    store = Store.open(f"sqlite:///{db}")
     try:
         with store.engine.read() as c:
             row = c.execute(
@@ -151,7 +151,7 @@ def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tu
             spy = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "--pid", str(serve.pid),
                                     "--format", "raw", "--output", str(raw), "--rate", "250", "--nonblocking"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        reader = SqlStore.open(serve.url)
+        reader = Store.open(serve.url)
         committed_at: list[int] = []
 
         def done() -> bool:

@@ -3,7 +3,7 @@
 
 Generates the ledger fast with ``INSERT … SELECT generate_series`` into a fresh database (of a
 throwaway server this script starts, or of ``--pg URL``), ANALYZEs it, then times the store calls
-the history API makes (``SqlStore.history_fires`` with attempts, ``lateness_us``, ``state_counts``)
+the history API makes (``Store.history_fires`` with attempts, ``lateness_us``, ``state_counts``)
 in-process — the query and the row building, without HTTP.
 
 Prints one JSON object per query shape (and one for the data generation):
@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fireledger.store import SqlStore  # noqa: E402
+from fireledger.store import Store  # noqa: E402
 
 MINUTE_US = 60_000_000
 DAY_US = 86_400_000_000
@@ -43,7 +43,7 @@ def log(msg: str) -> None:
     print(f"[history bench] {msg}", file=sys.stderr, flush=True)
 
 
-def generate(store: SqlStore, total: int, tenants: int, per_tenant: int) -> dict[str, Any]:
+def generate(store: Store, total: int, tenants: int, per_tenant: int) -> dict[str, Any]:
     """Fill a freshly migrated PostgreSQL store; returns what was generated."""
     n_triggers = tenants * per_tenant
     target_fires = TARGET_DAYS * 24 * 60
@@ -144,7 +144,7 @@ def main() -> int:
     server = PgServer.external(args.pg) if args.pg else PgServer.start()
     try:
         url = server.new_database("fl_bench_history")
-        store = SqlStore.open(url, migrate=True)
+        store = Store.open(url, migrate=True)
         try:
             gen = generate(store, total, args.tenants, args.triggers)
             print(json.dumps({"scenario": "history-generate", "system": "postgres", "n": gen["fires"], **gen}),
@@ -154,23 +154,24 @@ def main() -> int:
             rng = random.Random(7)
 
             def first_page() -> Any:
-                return store.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, limit=101)
+                return store.history.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, limit=101)
 
             def newest_page() -> Any:
-                return store.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, limit=101, descending=True)
+                return store.history.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, limit=101, descending=True)
 
             def deep_page() -> Any:
                 at = lo + rng.randrange(0, 30 * DAY_US)
-                return store.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, after=(at, 0), limit=1001)
+                return store.history.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, after=(at, 0), limit=1001)
 
             def failed_only() -> Any:
-                return store.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, states=["failed"], limit=101)
+                return store.history.history_fires(tn, trigger_id=tr, from_us=lo, to_us=hi, states=["failed"],
+                                                   limit=101)
 
             def lateness() -> Any:
-                return store.lateness_us(tn, tr, lo, hi), store.state_counts(tn, lo, hi, trigger_id=tr)
+                return store.history.lateness_us(tn, tr, lo, hi), store.history.state_counts(tn, lo, hi, trigger_id=tr)
 
             def tenant_page() -> Any:
-                return store.history_fires(tn, from_us=lo, to_us=hi, limit=101, descending=True)
+                return store.history.history_fires(tn, from_us=lo, to_us=hi, limit=101, descending=True)
 
             shapes = [("first-page-100", first_page), ("newest-page-100", newest_page),
                       ("random-cursor-page-1000", deep_page), ("state-failed-page-100", failed_only),

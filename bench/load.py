@@ -17,18 +17,19 @@ from fireledger.domain.keys import from_us, new_id
 from fireledger.domain.model import Policies, Target, Tenant
 from fireledger.recurrence import Recurrence, compile_spec
 from fireledger.registry import Definition, Registry
-from fireledger.store import SqlStore
+from fireledger.security.envelope import sealed_target
+from fireledger.store import Store
 
 
-def tenant_and_target(store: SqlStore, url: str, secret: str, now_us: int) -> tuple[Tenant, Target]:
+def tenant_and_target(store: Store, url: str, secret: str, now_us: int) -> tuple[Tenant, Target]:
     """A tenant with its quota out of the way (the workload is the fire path, not the default quota of
     100 fires/s and 100 in flight) and one verified HTTP target."""
     from storekit import add_tenant
 
     tenant = add_tenant(store, "bench", now_us=now_us)
-    store.set_tenant_quota(tenant.id, fires_per_s=1e9, inflight=1_000_000)
+    store.dispatch.set_tenant_quota(tenant.id, fires_per_s=1e9, inflight=1_000_000)
     target = Target(new_id("tg"), tenant.id, "http", url, secret, "verified", new_id("v"), now_us)
-    store.create_target(target)
+    store.registry.create_target(sealed_target(store, target))
     return tenant, target
 
 
@@ -39,7 +40,7 @@ def compiled(specs: Iterable[dict[str, Any]], now_us: int) -> Iterator[tuple[dic
         yield rec.spec(), next_us(rec, now_us)
 
 
-def load_triggers(store: SqlStore, tenant: Tenant, target: Target, items: Iterable[tuple[dict[str, Any], int | None]],
+def load_triggers(store: Store, tenant: Tenant, target: Target, items: Iterable[tuple[dict[str, Any], int | None]],
                   now_us: int, *, batch: int = 50_000) -> dict[str, Any]:
     """Create one trigger per (normalised schedule, next instant) in ``items`` through the definitions
     service's bulk create (one transaction per ``batch``); returns count and time."""

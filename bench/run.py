@@ -20,6 +20,10 @@ Scenarios (``--quick`` forms in brackets):
   PostgreSQL, N = 20,000 [5,000];
 * ``scale-N``        1,000,000 [100,000] live triggers against 1,000: idle cycle cost, RSS, start-up;
 * ``punctuality``    50 triggers every 1 s for 20 s [5 s]: lateness at light load;
+* ``tenant-overload`` one tenant at its default quota (100 fires/s), N = 100, 300, 1,000, 3,000 triggers
+  of 1 s for 60 s on SQLite ``serve``, PostgreSQL ``serve`` and PostgreSQL split planes (control + 2
+  dispatch + 1 timing), against the bench sink and a standard-library ``ThreadingHTTPServer``
+  (default backlog) [N = 300 on both ``serve`` forms, 15 s] (``bench/overload.py``; group ``overload``);
 * ``profile-burst-N`` a fireledger burst under py-spy: the top frames (``--profile``);
 * ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials (``--only components``).
 
@@ -44,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import BENCH, Sink, cpu_s, emit, machine, ratios, say
 
-ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "profile", "components")
+ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "profile", "components")
 DEFAULT_OFF = {"profile", "components"}   # opt in: --profile, --only components
 STEADY_P99_S = 1.0
 STEADY_TARGET = 5800
@@ -240,6 +244,9 @@ def main() -> int:
     ap.add_argument("--systems", help="comma-separated systems (fireledger-sqlite, apscheduler3-memory, …)")
     ap.add_argument("--profile", action="store_true", help="also profile a fireledger burst with py-spy")
     ap.add_argument("--burst-sizes", help="comma-separated burst sizes instead of 10000,45000 [2000]")
+    ap.add_argument("--overload-topologies",
+                    help="tenant-overload: comma-separated sqlite-serve,postgres-serve,postgres-split "
+                         "(default: all; --quick: the two serve forms)")
     ap.add_argument("--dispatch-processes", type=int, default=None,
                     help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; default 1)")
     a = ap.parse_args()
@@ -269,6 +276,11 @@ def main() -> int:
         ap.error(f"--burst-sizes: {a.burst_sizes!r} is not a comma-separated list of integers")
     if sizes is not None and any(x < 1 for x in sizes):
         ap.error("--burst-sizes: every size must be at least 1")
+    import overload
+
+    topos = tuple(a.overload_topologies.split(",")) if a.overload_topologies else None
+    if topos is not None and set(topos) - set(overload.TOPOLOGIES):
+        ap.error(f"--overload-topologies: choose from {', '.join(overload.TOPOLOGIES)}")
     t0 = time.monotonic()
     say(f"start: {'quick' if a.quick else 'full'} run of {', '.join(g for g in ALL if g in only)}")
     with tempfile.TemporaryDirectory(prefix="fireledger-bench-") as d:
@@ -293,6 +305,9 @@ def main() -> int:
                     emit(line)
             if "punctuality" in only:
                 punctuality(sink, tmp, a.quick, systems)
+            if "overload" in only and (systems is None or fl.SYSTEM in systems):
+                for line in overload.scenario(tmp, a.quick, topologies=topos):
+                    emit(line)
             if "profile" in only:
                 profile(sink, tmp, a.quick)
         finally:

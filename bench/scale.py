@@ -29,7 +29,7 @@ from benchkit import SECRET, S, cpu_s, machine, rnd, rss_kib, say, wait_until
 from fireledger.clock import SystemClock
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import TimingLoop
 from load import compiled, load_triggers, tenant_and_target
 
@@ -38,7 +38,7 @@ PROBES = 5
 
 
 def build(db: Path, n: int) -> dict[str, Any]:
-    store = SqlStore.open(f"sqlite:///{db}")
+    store = Store.open(f"sqlite:///{db}")
     try:
         now = time.time_ns() // 1000
         tenant, target = tenant_and_target(store, "http://127.0.0.1:9/unused", SECRET, now)
@@ -99,7 +99,7 @@ def timing_process(db: Path, tmp: Path) -> dict[str, Any]:
 def in_process(db: Path) -> dict[str, Any]:
     from fireledger.timing.shadow import ShadowRebuilder
 
-    store = SqlStore.open(f"sqlite:///{db}")
+    store = Store.open(f"sqlite:///{db}")
     try:
         clock = SystemClock()
         loop = TimingLoop(store, clock, "bench-scale")
@@ -109,7 +109,7 @@ def in_process(db: Path) -> dict[str, Any]:
             t0 = time.perf_counter()
             res = loop.tick()
             t1 = time.perf_counter()
-            store.earliest_due()
+            store.timing.earliest_due()
             t2 = time.perf_counter()
             if res.claimed_rows == 0:
                 ticks.append((t1 - t0) * 1e6)

@@ -33,6 +33,7 @@ import psycopg
 from e2e import Api, Service, new_tenant, verify_target, wait_until
 from fireledger.domain.keys import to_us
 from fireledger.recurrence import format_instant, parse_instant
+from fireledger.security.envelope import sealed_target
 from pgserver import PgServer, pg_server_from_env
 from sink import SinkServer
 
@@ -171,10 +172,10 @@ class Cluster:
 
     @classmethod
     def create(cls, name: str) -> Cluster:
-        from fireledger.store import SqlStore
+        from fireledger.store import Store
 
         db = pg_server().new_database(prefix="fl_falsify")
-        SqlStore.open(db, migrate=True).close()   # what `fireledger db upgrade` does, in-process
+        Store.open(db, migrate=True).close()   # what `fireledger db upgrade` does, in-process
         work = Path(tempfile.mkdtemp(prefix=f"fireledger-{name}-"))
         sink = SinkServer()
         sink.start_in_thread()
@@ -311,21 +312,21 @@ class Cluster:
         from fireledger.domain.keys import new_id
         from fireledger.domain.model import Policies, Principal, Target, Tenant
         from fireledger.registry import Registry, definition
-        from fireledger.store import SqlStore
+        from fireledger.store import Store
 
-        store = SqlStore.open(self.db)
+        store = Store.open(self.db)
         try:
             now = now_us()
 
             def tenant() -> tuple[Tenant, Target]:
                 tn = Tenant(new_id("tn"), f"{self.name}-{new_id('x')}", now)
-                store.create_tenant_with_principal(
+                store.trust.create_tenant_with_principal(
                     tn, Principal(new_id("pr"), tn.id, "root", frozenset({"author"}), now), f"hash-{new_id('h')}")
                 secret = "whsec_" + base64.b64encode(_secrets.token_bytes(24)).decode()
                 self.sink.add_secret(secret)
                 tg = Target(new_id("tg"), tn.id, "http", f"{self.sink.base_url}/ok", secret, "verified",
                             new_id("v"), now)
-                store.create_target(tg)
+                store.registry.create_target(sealed_target(store, tg))
                 return tn, tg
 
             periods = list(periods_s)

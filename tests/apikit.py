@@ -1,4 +1,4 @@
-"""Harness for the control-API tests: a real SqlStore on a temp SQLite file, a FakeClock, the app
+"""Harness for the control-API tests: a real Store on a temp SQLite file, a FakeClock, the app
 under FastAPI's TestClient, and a record of every response body (so tests can prove a sentinel
 payload never leaves the store).
 
@@ -18,7 +18,7 @@ from fireledger.clock import FakeClock
 from fireledger.control import create_app
 from fireledger.control.auth import create_tenant
 from fireledger.domain.keys import to_us
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 #: Friday 2026-03-27 12:00:00 UTC (Paris is on CET, UTC+1, until Sunday 29 March 01:00 UTC).
 T0 = to_us(datetime(2026, 3, 27, 12, 0, tzinfo=UTC))
@@ -68,9 +68,9 @@ class Session:
         assert r.status_code == 201, r.text
         out: dict[str, Any] = r.json()
         if verified:
-            trust = self.api.store.target_trust(out["id"])
+            trust = self.api.store.trust.target_trust(out["id"])
             now = self.api.clock.now().latest_us
-            assert trust is not None and self.api.store.set_target_verification(
+            assert trust is not None and self.api.store.trust.set_target_verification(
                 trust.tenant_id, trust.id, "verified", now, now + 30 * 86_400_000_000, None, "test", now)
         return out
 
@@ -85,7 +85,7 @@ class Session:
 class Api:
     def __init__(self, tmp_path: Path, *, allow_private_targets: bool = False,
                  metrics_cache_s: float | None = None) -> None:
-        self.store = SqlStore.open(f"sqlite:///{tmp_path}/api.db")
+        self.store = Store.open(f"sqlite:///{tmp_path}/api.db")
         self.clock = FakeClock(true_us=T0)
         self.changes = 0
         self._tenants = 0

@@ -27,7 +27,7 @@ if not os.environ.get("FIRELEDGER_STATE_DIR"):
 
     use_state_dir(Path(_state_root) / "state")
 
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from pgserver import PgServer, pg_server_from_env
 from storekit import ENGINES, EngineCaps, open_store
 
@@ -49,7 +49,7 @@ def _engine_params() -> list[Any]:
 
 
 @pytest.fixture(params=_engine_params())
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A migrated, empty store, once per engine (test ids ``[sqlite]`` / ``[postgres]``): the one
     fixture every store-backed test shares, so a test written once runs on both engines. SQLite
     lives in ``tmp_path``; PostgreSQL gets its own database on the session's throwaway server, its
@@ -62,7 +62,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
 
 
 @pytest.fixture
-def caps(store: SqlStore) -> EngineCaps:
+def caps(store: Store) -> EngineCaps:
     """The capability flags of ``store``'s engine (see :class:`storekit.EngineCaps`)."""
     return EngineCaps.of(store)
 

@@ -14,7 +14,8 @@ from typing import Any
 from fireledger.domain.keys import new_id
 from fireledger.domain.model import Policies, Principal, Target, Tenant, Trigger, TriggerVersion
 from fireledger.registry import Registry, definition
-from fireledger.store import SqlStore
+from fireledger.security.envelope import sealed_target
+from fireledger.store import Store
 
 T0 = 1_800_000_000_000_000  # 2027-01-15T08:00:00Z in µs — a fixed origin for fake clocks
 
@@ -43,50 +44,50 @@ class EngineCaps:
     single_file: bool
 
     @classmethod
-    def of(cls, store: SqlStore) -> EngineCaps:
+    def of(cls, store: Store) -> EngineCaps:
         sqlite = store.engine_name == "sqlite"
         return cls(store.engine_name, "?" if sqlite else "%s", notifies=not sqlite, single_file=sqlite)
 
 
-def store_url(store: SqlStore) -> str:
-    """The URL another process (or a second :class:`SqlStore`) opens the same database by."""
+def store_url(store: Store) -> str:
+    """The URL another process (or a second :class:`Store`) opens the same database by."""
     if store.engine_name == "sqlite":
         return f"sqlite:///{store.engine.path}"   # type: ignore[attr-defined]
     return str(store.engine.url)   # type: ignore[attr-defined]
 
 
-def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> SqlStore:
+def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> Store:
     """A migrated store. SQLite finds (or creates) its KEK beside the file in ``tmp_path``; on
     PostgreSQL the audit chain is keyed from :data:`TEST_KEK` (no KEK file in the working directory;
     a CLI subprocess verifies it with ``FIRELEDGER_KEK`` = that key)."""
     if engine == "sqlite":
-        return SqlStore.open(f"sqlite:///{tmp_path}/store.db")
+        return Store.open(f"sqlite:///{tmp_path}/store.db")
     assert pg_server is not None
+    from fireledger.domain.trust_records import AUDIT_KEY_LABEL
     from fireledger.security.derived import derive_from
-    from fireledger.store.trust import AUDIT_KEY_LABEL
 
-    store = SqlStore.open(pg_server.new_database(), migrate=True)
-    store.set_audit_key(derive_from(TEST_KEK, AUDIT_KEY_LABEL))
+    store = Store.open(pg_server.new_database(), migrate=True)
+    store.trust.set_audit_key(derive_from(TEST_KEK, AUDIT_KEY_LABEL))
     return store
 
 
-def add_tenant(store: SqlStore, name: str = "acme", now_us: int = T0) -> Tenant:
+def add_tenant(store: Store, name: str = "acme", now_us: int = T0) -> Tenant:
     t = Tenant(new_id("tn"), f"{name}-{new_id('x')}", now_us)
     p = Principal(new_id("pr"), t.id, "root", frozenset({"author", "reader"}), now_us)
-    store.create_tenant_with_principal(t, p, f"hash-{p.id}")
+    store.trust.create_tenant_with_principal(t, p, f"hash-{p.id}")
     return t
 
 
-def add_target(store: SqlStore, tenant: Tenant, url: str = "http://127.0.0.1:9/hook",
+def add_target(store: Store, tenant: Tenant, url: str = "http://127.0.0.1:9/hook",
                secret: str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", now_us: int = T0,
                verification: str = "verified") -> Target:
     """A target; ``verified`` by default (no expiry), as an operator-verified target would be."""
     tg = Target(new_id("tg"), tenant.id, "http", url, secret, verification, new_id("v"), now_us)
-    store.create_target(tg)
+    store.registry.create_target(sealed_target(store, tg))
     return tg
 
 
-def add_trigger(store: SqlStore, tenant: Tenant, target: Target, schedule: dict[str, Any], *,
+def add_trigger(store: Store, tenant: Tenant, target: Target, schedule: dict[str, Any], *,
                 now_us: int = T0, policies: Policies | None = None, payload: Any = None,
                 partition: int = 0) -> tuple[Trigger, TriggerVersion, int | None]:
     """A trigger written through the definitions service (no API checks: the target may be
@@ -161,7 +162,7 @@ class QueryCounter:
     """Counts every statement the store executes, whichever thread runs it (the engine's read and
     write connections are wrapped; nothing else is changed)."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.n = 0
         engine = store.engine
         for name in ("read", "write"):

@@ -29,7 +29,7 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 def kill_one_of_two(before_s: float, after_s: float) -> dict[str, Any]:
     from e2e import Service, cli, wait_until
     from fireledger.domain.model import Policies
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from pgserver import pg_server_from_env
     from sink import SinkServer
     from storekit import add_target, add_tenant, add_trigger
@@ -43,7 +43,7 @@ def kill_one_of_two(before_s: float, after_s: float) -> dict[str, Any]:
     with pg_server_from_env() as pg:
         url = pg.new_database()
         cli("db", "upgrade", "--db", url)
-        store = SqlStore.open(url)
+        store = Store.open(url)
         try:
             env = {"FIRELEDGER_KEYRING": str(work / "keys.json")}
             t = add_tenant(store, "shared")

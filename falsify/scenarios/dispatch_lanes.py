@@ -32,8 +32,8 @@ def _commit(store: Any, trig: Any, instants: list[int], lane: Any, kind: Any) ->
 
     fires = tuple(NewFire(trig.tenant_id, trig.id, us, 0, 1, kind, lane, FireState.PENDING, us, "2026f", "falsify")
                   for us in instants)
-    row = store.get_trigger(trig.tenant_id, trig.id)
-    [o] = store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
+    row = store.registry.get_trigger(trig.tenant_id, trig.id)
+    [o] = store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
     if len(o.inserted) != len(instants):
         raise RuntimeError("fires were not committed")
 
@@ -64,11 +64,11 @@ def _rate(starts: list[int]) -> float:
 
 
 def _open_world(prefix: str) -> tuple[Path, str, Any]:
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
 
     work = Path(tempfile.mkdtemp(prefix=prefix))
     db = f"sqlite:///{work}/fl.db"
-    return work, db, SqlStore.open(db)
+    return work, db, Store.open(db)
 
 
 def _wait_settled(store: Any, total: int, timeout_s: float) -> None:
@@ -105,7 +105,7 @@ def saturation(scale: int) -> dict[str, Any]:
 
         def tenant(name: str, fires_per_s: float) -> Any:
             t = add_tenant(store, name)
-            store.set_tenant_quota(t.id, fires_per_s=fires_per_s, inflight=1000)
+            store.dispatch.set_tenant_quota(t.id, fires_per_s=fires_per_s, inflight=1000)
             tg = add_target(store, t, url=url, secret=SECRET)
             sink.add_secret(SECRET)
             return t, tg
@@ -221,7 +221,7 @@ def catch_up_cap(n: int) -> dict[str, Any]:
     try:
         now = SystemClock().now().latest_us
         t = add_tenant(store, "recovering")
-        store.set_tenant_quota(t.id, fires_per_s=100.0, catchup_fraction=0.1)
+        store.dispatch.set_tenant_quota(t.id, fires_per_s=100.0, catchup_fraction=0.1)
         tg = add_target(store, t, url=f"{sink.base_url}/ok", secret=SECRET)
         for i in range(4):   # four triggers' backlogs, interleaved fairly
             trig, _, _ = add_trigger(store, t, tg, {"at": "2035-01-01T00:00:00Z"}, now_us=now)

@@ -43,7 +43,7 @@ def _pct(values: list[float], p: float) -> float:
 def slow_and_silent(run_s: float) -> dict[str, Any]:
     from e2e import Api, Service, verify_target, wait_until
     from fireledger.control.auth import create_tenant
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from sink import SinkServer
 
     work = Path(tempfile.mkdtemp(prefix="dispatch-targets-"))
@@ -58,12 +58,12 @@ def slow_and_silent(run_s: float) -> dict[str, Any]:
         plan = {"fast": ("/ok", 5, "5s"), "slow": ("/slow/2", 10, "5s"), "silent": ("/hang", 30, f"{TIMEOUT_S:g}s")}
         apis: dict[str, Api] = {}
         ids: dict[str, list[str]] = {}
-        store = SqlStore.open(db)
+        store = Store.open(db)
         try:
             for name, (path, n, timeout) in plan.items():
                 tenant_id, token = create_tenant(store, f"{name}-{time.monotonic_ns()}", int(time.time() * 1e6))
                 if name != "fast":
-                    store.set_tenant_quota(tenant_id, inflight=6)     # an operator act (no API yet)
+                    store.dispatch.set_tenant_quota(tenant_id, inflight=6)     # an operator act (no API yet)
                 api = apis[name] = Api(svc.base, token)
                 tg = api.ok("POST", "/v1/targets", {"kind": "http", "url": f"{sink.base_url}{path}"}, 201)
                 sink.add_secret(tg["secret"])

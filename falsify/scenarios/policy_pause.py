@@ -177,7 +177,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
     from fireledger.control.auth import create_tenant
     from fireledger.dispatch.runner import Dispatcher
     from fireledger.domain.policies import DEFAULT_MISS_THRESHOLD_US
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from fireledger.timing import TimingLoop
     from fireledger.timing.shadow import compare
     from sink import SinkServer
@@ -189,7 +189,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
     sink = SinkServer()
     sink.start_in_thread()
     work = Path(tempfile.mkdtemp(prefix=f"policy-pause-{policy}-"))
-    store = SqlStore.open(f"sqlite:///{work}/fl.db")
+    store = Store.open(f"sqlite:///{work}/fl.db")
     # The fake timeline ends (at the resume) about a minute before real time, so the dispatcher's
     # shifted clock and the sink's signature window agree.
     t0 = (time.time_ns() // 1000 // M) * M - pause_h * H - 5 * M
@@ -198,7 +198,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
     client.__enter__()
     try:
         tenant_id, token = create_tenant(store, f"pause-{policy}-{time.monotonic_ns()}", t0)
-        store.set_tenant_quota(tenant_id, fires_per_s=quota_per_s)
+        store.dispatch.set_tenant_quota(tenant_id, fires_per_s=quota_per_s)
         auth = {"Authorization": f"Bearer {token}"}
 
         def call(method: str, path: str, body: Any = None, ok: int = 200, **kw: Any) -> Any:
@@ -222,7 +222,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
             loop.tick()
         clock.advance(25 * S)
         call("POST", f"/v1/triggers/{tid}/pause")
-        paused, point = store.resume_point(tenant_id, tid)
+        paused, point = store.registry.resume_point(tenant_id, tid)
         if not paused or point is None:
             raise RuntimeError("the pause recorded no resume point")
         clock.advance(pause_h * H)
@@ -235,9 +235,9 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
             failures.append(f"resume set {resumed['next_instant']}, not the first instant after the pause")
 
         def divergent() -> int:
-            part = store.get_trigger(tenant_id, tid).partition
-            rows, strays = store.shadow_snapshot(part)
-            return compare(part, rows, strays, store.partition_count(), node="f", now_us=0).divergent
+            part = store.registry.get_trigger(tenant_id, tid).partition
+            rows, strays = store.timing.shadow_snapshot(part)
+            return compare(part, rows, strays, store.timing.partition_count(), node="f", now_us=0).divergent
 
         shadow_before = divergent()
         res = loop.tick()
@@ -247,7 +247,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
             failures.append(f"the shadow rebuilder saw divergence ({shadow_before} before, {shadow_after} after)")
         gap = instants_between(schedule, point, decided)
         expected = expected_counts(gap, decided, policy, H, DEFAULT_MISS_THRESHOLD_US)
-        plan = store.last_gap_fires(tenant_id, tid)
+        plan = store.registry.last_gap_fires(tenant_id, tid)
         recorded = ledger_counts(plan)
         out.update(gap_instants=len(gap), expected=expected, recorded=recorded,
                    plan_records=len(plan), paused_at=iso(point), decided_at=iso(decided))
@@ -295,7 +295,7 @@ def _in_process(policy: str, quota_per_s: float, pause_h: int) -> dict[str, Any]
 
 
 def _cap(store: Any, tenant_id: str) -> float:
-    quota = store.tenant_quota(tenant_id)
+    quota = store.dispatch.tenant_quota(tenant_id)
     assert quota is not None
     return round(quota[0] * quota[2], 6)
 
@@ -305,7 +305,7 @@ def _cap(store: Any, tenant_id: str) -> float:
 
 def real(pause_s: float, horizon_s: int, threshold_s: float, quota_per_s: float) -> dict[str, Any]:
     from e2e import Api, Service, new_tenant, verify_target, wait_until
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from sink import SinkServer
 
     failures: list[str] = []
@@ -321,8 +321,8 @@ def real(pause_s: float, horizon_s: int, threshold_s: float, quota_per_s: float)
     try:
         svc.start()
         tenant_id, token = new_tenant(db, "pause-real")
-        store = SqlStore.open(db)
-        store.set_tenant_quota(tenant_id, fires_per_s=quota_per_s)
+        store = Store.open(db)
+        store.dispatch.set_tenant_quota(tenant_id, fires_per_s=quota_per_s)
         api = Api(svc.base, token)
         tg = api.ok("POST", "/v1/targets", {"kind": "http", "url": f"{sink.base_url}/hook"}, 201)
         sink.add_secret(tg["secret"])
@@ -341,7 +341,7 @@ def real(pause_s: float, horizon_s: int, threshold_s: float, quota_per_s: float)
         st = store
 
         def plan_settled() -> list[Any] | None:
-            plan = st.last_gap_fires(tenant_id, tid)
+            plan = st.registry.last_gap_fires(tenant_id, tid)
             if plan and all(f.state not in ("pending", "dispatching") for f in plan):
                 return plan
             return None

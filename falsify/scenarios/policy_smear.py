@@ -146,16 +146,16 @@ def _run(n: int, jitter_s: int, sink: Any) -> _Run:
     from fireledger.domain.model import Policies
     from fireledger.domain.smearing import dispatch_not_before_us
     from fireledger.recurrence import format_instant
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from fireledger.timing import TimingLoop
     from storekit import add_target, add_tenant, add_trigger, run_planes_until
 
     work = Path(tempfile.mkdtemp(prefix="policy-smear-"))
-    store = SqlStore.open(f"sqlite:///{work}/fl.db")
+    store = Store.open(f"sqlite:///{work}/fl.db")
     real_now = time.time_ns() // 1000
     m = (real_now // (60 * S) + 1) * 60 * S          # a whole minute: the instant everyone shares
     t = add_tenant(store, "smear")
-    store.set_tenant_quota(t.id, fires_per_s=1_000_000.0, inflight=100_000)
+    store.dispatch.set_tenant_quota(t.id, fires_per_s=1_000_000.0, inflight=100_000)
     tg = add_target(store, t, url=f"{sink.base_url}/hook", secret=SECRET)
     at = {"at": format_instant(from_us(m))}
     smeared: dict[str, int] = {}

@@ -21,7 +21,7 @@ from typing import Any
 from falsify.timing_cluster import pg_server
 from fireledger.clock import FakeClock
 from fireledger.domain.model import Decision
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import LeaseManager, LeaseSettings, TimingLoop
 from storekit import add_target, add_tenant, add_trigger
 
@@ -31,7 +31,7 @@ S = 1_000_000
 class Recorder:
     """Wraps a store engine's write transactions and records every statement's name and rowcount."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.log: list[tuple[str, int]] = []
         names = {v: k for k, v in store.q.items()}
         engine = store.engine
@@ -60,11 +60,11 @@ class _Conn:
 
 def run() -> dict[str, Any]:
     url = pg_server().new_database(prefix="fl_falsify")
-    setup = SqlStore.open(url, migrate=True)
-    store_a = SqlStore.open(url)
-    store_b = SqlStore.open(url)
+    setup = Store.open(url, migrate=True)
+    store_a = Store.open(url)
+    store_b = Store.open(url)
     try:
-        setup.ensure_partitions()
+        setup.timing.ensure_partitions()
         t = add_tenant(setup)
         trig, _, first = add_trigger(setup, t, add_target(setup, t), {"every": "60s"}, partition=17)
         settings = LeaseSettings(rotate_after_s=0)

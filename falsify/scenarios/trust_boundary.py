@@ -66,7 +66,7 @@ def _setup(svc: Any, sink: Any, paths: list[str]) -> tuple[RecordingApi, list[di
 def payload_sentinel(run_s: float) -> dict[str, Any]:
     from e2e import Service, cli, wait_until
     from fireledger.security.envelope import PayloadCipher, PayloadUnreadable, load_kek
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from sink import SinkServer
 
     work = Path(tempfile.mkdtemp(prefix="trust-sentinel-"))
@@ -149,7 +149,7 @@ def payload_sentinel(run_s: float) -> dict[str, Any]:
 
         # Delete the tenant: its ciphertext becomes undecryptable at once, its deliveries stop.
         tenant_id = good_tenant = ""
-        store = SqlStore.open(db)
+        store = Store.open(db)
         try:
             row = store.engine.connection().execute(
                 "SELECT tenant_id, trigger_id, version, payload FROM trigger_versions WHERE trigger_id = ?",
@@ -239,7 +239,7 @@ def unverified_target_refused() -> dict[str, Any]:
 def _rechain_unkeyed(c: Any, from_seq: int) -> None:
     """A database writer without the audit key: edit a row, recompute every link from it with the
     unkeyed SHA-256 (as the code before migration 0011 did) and move the head to match."""
-    from fireledger.store.trust import chain_hash
+    from fireledger.domain.trust_records import chain_hash
 
     c.execute("UPDATE audit SET actor = 'mallory' WHERE seq = ?", (from_seq,))
     rows = c.execute("SELECT seq, tenant_id, actor, action, at_us, prior, new, prev_hash FROM audit "
@@ -256,11 +256,11 @@ def _rechain_unkeyed(c: Any, from_seq: int) -> None:
 def audit_tamper() -> dict[str, Any]:
     from e2e import cli
     from fireledger.control.tenants import create_tenant
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
 
     work = Path(tempfile.mkdtemp(prefix="trust-audit-"))
     db = f"sqlite:///{work}/fl.db"
-    store = SqlStore.open(db)
+    store = Store.open(db)
     for i in range(6):
         create_tenant(store, f"tenant-{i}", 1_800_000_000_000_000 + i)
     conn = store.engine.connection()

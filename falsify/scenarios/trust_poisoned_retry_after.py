@@ -49,7 +49,7 @@ def _pct(values: list[float], p: float) -> float:
 def poisoned_retry_after(run_s: float, n_bystander: int = 100) -> dict[str, Any]:
     from e2e import Api, Service, verify_target, wait_until
     from fireledger.control.auth import create_tenant
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
     from sink import Behaviour, SinkServer
 
     work = Path(tempfile.mkdtemp(prefix="trust-poisoned-"))
@@ -60,7 +60,7 @@ def poisoned_retry_after(run_s: float, n_bystander: int = 100) -> dict[str, Any]
     failures: list[str] = []
     out: dict[str, Any] = {"bystander_triggers": n_bystander}
     try:
-        store = SqlStore.open(db)
+        store = Store.open(db)
         try:
             now_us = int(time.time() * 1e6)
             poisoner_id, poisoner_token = create_tenant(store, f"poisoner-{time.monotonic_ns()}", now_us)
@@ -118,11 +118,11 @@ def poisoned_retry_after(run_s: float, n_bystander: int = 100) -> dict[str, Any]
         if stuck:
             failures.append(f"{stuck} bystander fires left dispatching/pending")
 
-        store = SqlStore.open(db)
+        store = Store.open(db)
         try:
             waits = []
             for tid in poisoned_ids:
-                for f in store.list_fires(poisoner_id, tid):
+                for f in store.history.list_fires(poisoner_id, tid):
                     if f.state != "pending" or f.next_attempt_us is None or not f.attempt_list:
                         failures.append(f"a poisoned fire was not recorded as a retry: state {f.state}")
                         continue

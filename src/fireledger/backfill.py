@@ -32,7 +32,7 @@ from fireledger.domain.keys import FireKey
 from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Trigger, TriggerVersion
 from fireledger.errors import FireledgerError
 from fireledger.recurrence import TZDATA_VERSION, Recurrence, RecurrenceError, format_instant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 #: The key sequence of backfill fires (0: scheduled / catch-up, 1: manual run).
 BACKFILL_SEQ = 2
@@ -139,7 +139,7 @@ def check_window(from_us: int | None, to_us: int | None, now_us: int) -> list[tu
     return errors
 
 
-def run_backfill(store: SqlStore, trigger: Trigger, version: TriggerVersion, from_us: int, to_us: int, *,
+def run_backfill(store: Store, trigger: Trigger, version: TriggerVersion, from_us: int, to_us: int, *,
                  now_us: int, actor: str, decided_by: str, dry_run: bool = False, skip_delivered: bool = False,
                  max_fires: int = DEFAULT_MAX,
                  on_instants: Callable[[int], None] | None = None,
@@ -154,7 +154,7 @@ def run_backfill(store: SqlStore, trigger: Trigger, version: TriggerVersion, fro
     instants = window_instants(recurrence_of(version), from_us, to_us, max_fires, on_instants)
     if not instants:
         raise BackfillRefused([("from", "the window [from, to) holds no instant of the trigger's schedule")])
-    present, delivered = store.backfill_window(trigger.tenant_id, trigger.id, from_us, to_us, BACKFILL_SEQ)
+    present, delivered = store.registry.backfill_window(trigger.tenant_id, trigger.id, from_us, to_us, BACKFILL_SEQ)
     items: list[BackfillItem] = []
     fires: list[NewFire] = []
     skipped = 0
@@ -178,7 +178,7 @@ def run_backfill(store: SqlStore, trigger: Trigger, version: TriggerVersion, fro
     if not dry_run:
         window = {"trigger_id": trigger.id, "version": version.version, "from": format_instant_us(from_us),
                   "to": format_instant_us(to_us)}
-        inserted = store.commit_backfill(
+        inserted = store.registry.commit_backfill(
             fires, tenant_id=trigger.tenant_id, actor=actor, at_us=now_us,
             prior={"trigger_id": trigger.id, "backfill_fires_in_window": already},
             audit_new={**window, "instants": len(instants), "already_present": already,

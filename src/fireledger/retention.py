@@ -51,10 +51,10 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
     Returns ``(fires archived, live fires left in place)``. Never overwrites ``out`` (mode ``x``);
     the file is created 0600 (tenant history: readable by the service's user only).
     """
-    tenants = store.tenant_ids()
+    tenants = store.history.tenant_ids()
     total = live_left = 0
     for tid in tenants:
-        terminal, live = store.count_expiring(tid, before_us)
+        terminal, live = store.history.count_expiring(tid, before_us)
         total += terminal
         live_left += live
     done = 0
@@ -65,7 +65,7 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
         for tid in tenants:
             cursor = None
             while True:
-                rows = store.expiring_batch(tid, before_us, after=cursor, limit=batch)
+                rows = store.history.expiring_batch(tid, before_us, after=cursor, limit=batch)
                 if not rows:
                     break
                 for r in rows:
@@ -74,7 +74,7 @@ def archive_and_purge(store: Any, before_us: int, out: Path, batch: int = 500, *
                 os.fsync(raw.fileno())    # a batch is deleted only once its archive is durable
                 last = rows[-1].fire
                 if purge:
-                    store.purge_fires([FireKey(x.fire.tenant_id, x.fire.trigger_id, x.fire.scheduled_us,
+                    store.history.purge_fires([FireKey(x.fire.tenant_id, x.fire.trigger_id, x.fire.scheduled_us,
                                                x.fire.seq) for x in rows])
                 cursor = (last.scheduled_us, last.trigger_id, last.seq)
                 done += len(rows)

@@ -26,7 +26,7 @@ from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
 from fireledger.settings import Settings, parse_dispatch_processes, parse_trusted_proxies, process_env
 from fireledger.stopping import StopGuard
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.store.engine import SqliteEngine
 
 if TYPE_CHECKING:   # imported where they run (startup time); named here for the annotations
@@ -39,7 +39,7 @@ if TYPE_CHECKING:   # imported where they run (startup time); named here for the
 log = logging.getLogger("fireledger.service")
 
 
-def keyring_path(store: SqlStore | None = None, settings: Settings | None = None) -> str:
+def keyring_path(store: Store | None = None, settings: Settings | None = None) -> str:
     """Where the dispatch signing keys live: ``FIRELEDGER_KEYRING`` (from ``settings``, else the
     environment), else ``keys.json`` in the state directory (:mod:`fireledger.statedir`; never the
     working directory). Every dispatch and control process must see the same file."""
@@ -51,7 +51,7 @@ def keyring_path(store: SqlStore | None = None, settings: Settings | None = None
     return str(state_dir() / "keys.json")
 
 
-def open_keyring(store: SqlStore | None = None, settings: Settings | None = None) -> KeyRingFile:
+def open_keyring(store: Store | None = None, settings: Settings | None = None) -> KeyRingFile:
     """The key ring of this deployment, checked: the state directory must not be open to group or
     others, nor the ring file (``ValueError`` naming the file and the ``chmod`` that fixes it). A
     missing ring is created (mode 0600): a new signing key loses nothing, receivers refetch the JWKS."""
@@ -169,7 +169,7 @@ class _Planes:
     app: FastAPI | None = None
 
 
-def _process_clock(store: SqlStore, settings: Settings) -> Clock:
+def _process_clock(store: Store, settings: Settings) -> Clock:
     """The clock every plane of this process reads: the system clock (the declared bound ε when the
     kernel gives none, said once in a warning), cross-checked against the PostgreSQL server's clock on
     one dedicated connection when the store is PostgreSQL."""
@@ -177,7 +177,7 @@ def _process_clock(store: SqlStore, settings: Settings) -> Clock:
 
     system = SystemClock(settings.declared_eps_us)
     clock: Clock = system
-    if store.engine_name == "postgres":
+    if store.engine.caps.server_clock:
         clock = CrossCheckedClock(system, ServerClockProbe(store))  # one dedicated connection
     iv = system.now()
     if iv.source == "declared":
@@ -187,7 +187,7 @@ def _process_clock(store: SqlStore, settings: Settings) -> Clock:
     return clock
 
 
-def _start_planes(store: SqlStore, clock: Clock, roles: Sequence[str], listen: str | None,
+def _start_planes(store: Store, clock: Clock, roles: Sequence[str], listen: str | None,
                   keys: KeyRingFile | None, listen_socket: socket.socket | None, settings: Settings) -> _Planes:
     """Start the dispatch, timing and control planes named in ``roles`` as tasks of the running loop,
     in that order: a timing commit wakes this process's dispatcher, a definition change wakes its
@@ -215,7 +215,7 @@ def _start_planes(store: SqlStore, clock: Clock, roles: Sequence[str], listen: s
     return planes
 
 
-def _start_control(planes: _Planes, store: SqlStore, clock: Clock, listen: str | None, keys: KeyRingFile | None,
+def _start_control(planes: _Planes, store: Store, clock: Clock, listen: str | None, keys: KeyRingFile | None,
                    listen_socket: socket.socket | None, settings: Settings) -> None:
     """Serve the API with uvicorn (bounded heads, head time and connections: decision 0092; forwarded
     headers trusted from the trusted proxies only: 0084) on ``listen_socket`` when given, else on
@@ -253,7 +253,7 @@ def _start_control(planes: _Planes, store: SqlStore, clock: Clock, listen: str |
              host, port, TZDATA_VERSION, store.engine_name)
 
 
-async def _run(store: SqlStore, roles: Sequence[str], listen: str | None, db: str | None = None,
+async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str | None = None,
                keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None,
                settings: Settings | None = None) -> None:
     """Run ``roles`` in this event loop until a signal or until one plane ends, then stop them all
@@ -346,7 +346,7 @@ def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Sett
     problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
     if problem is not None:
         raise ValueError(problem)
-    store = SqlStore.open(db)
+    store = Store.open(db, settings=settings)
     if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
         store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
     try:

@@ -87,7 +87,7 @@ def test_healthz_and_openapi_need_no_token(api: Api) -> None:
 
 def _principal(api: Api, tenant_id: str, roles: set[str]) -> Session:
     token = new_token()
-    api.store.create_principal(Principal(new_id("pr"), tenant_id, "limited", frozenset(roles), T0),
+    api.store.trust.create_principal(Principal(new_id("pr"), tenant_id, "limited", frozenset(roles), T0),
                                hash_token(token))
     return Session(api, token)
 
@@ -126,10 +126,10 @@ def test_tenants_are_isolated(api: Api) -> None:
     _, b = api.tenant("tenant-b")
     tg = a.target()
     t = a.trigger(tg["id"], {"cron": "0 * * * *", "zone": "UTC"})
-    due = api.store.due_rows(2**62, 1)[0]
+    due = api.store.timing.due_rows(2**62, 1)[0]
     fire = NewFire(a_id, t["id"], due.next_us, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                    T0, "2026f", "node-test")
-    api.store.apply_decisions([Decision(Advance(t["id"], due.next_us, 1, due.next_us + 3600_000_000, 1),
+    api.store.timing.apply_decisions([Decision(Advance(t["id"], due.next_us, 1, due.next_us + 3600_000_000, 1),
                                         (fire,))])
     key = str(FireKey(a_id, t["id"], due.next_us, 0))
     assert a.get(f"/v1/fires/{key}").status_code == 200

@@ -246,7 +246,7 @@ def test_unexpected_failure_is_a_generic_500(world: Any, monkeypatch: pytest.Mon
     def boom(*_a: Any, **_k: Any) -> Any:
         raise RuntimeError(f"database exploded near {SENTINEL}")
 
-    monkeypatch.setattr(api.store, "list_triggers", boom)
+    monkeypatch.setattr(api.store.registry, "list_triggers", boom)
     with caplog.at_level(logging.ERROR, logger="fireledger.control"):
         r = s.get("/v1/triggers")
     problem = assert_problem(r, 500)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from apikit import SENTINEL, Api, assert_problem, us
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
 from fireledger.recurrence import TZDATA_VERSION
-from fireledger.store.sql_store import Settlement
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ HOUR = 3600 * 1_000_000
 def _decide(api: Api, tenant_id: str, trigger_id: str, instants: int, *, extra_seq_at: int | None = None) -> None:
     """Play the timing plane: decide ``instants`` hourly fires through the store's claim path."""
     for _ in range(instants):
-        due = api.store.due_rows(2**62, 10)
+        due = api.store.timing.due_rows(2**62, 10)
         row = next(d for d in due if d.trigger_id == trigger_id)
         fires = [NewFire(tenant_id, trigger_id, row.next_us, 0, row.version, FireKind.SCHEDULED, Lane.ON_TIME,
                          FireState.PENDING, row.next_us + 1000, TZDATA_VERSION, "node-a")]
@@ -37,7 +37,7 @@ def _decide(api: Api, tenant_id: str, trigger_id: str, instants: int, *, extra_s
             fires.append(NewFire(tenant_id, trigger_id, row.next_us, 1, row.version, FireKind.MANUAL,
                                  Lane.ON_TIME, FireState.SKIPPED, row.next_us + 2000, TZDATA_VERSION, "node-a",
                                  cause="overlap-skip"))
-        out = api.store.apply_decisions([Decision(Advance(trigger_id, row.next_us, row.version,
+        out = api.store.timing.apply_decisions([Decision(Advance(trigger_id, row.next_us, row.version,
                                                           row.next_us + HOUR, row.version), tuple(fires))])
         assert out[0].advanced
 
@@ -48,9 +48,9 @@ def _setup(api: Api) -> tuple[str, Any, dict[str, Any]]:
     first = us("2026-03-27T13:00:00Z")
     _decide(api, tenant_id, t["id"], 3, extra_seq_at=first + HOUR)
     # One attempt for the first fire, delivered.
-    jobs = api.store.claim_dispatch("on-time", first + 5000, 1, "runner-1", 30_000_000)
+    jobs = api.store.dispatch.claim_dispatch("on-time", first + 5000, 1, "runner-1", 30_000_000)
     assert len(jobs) == 1 and jobs[0].fire.scheduled_us == first
-    settled = api.store.settle_attempts([Settlement(jobs[0], result="delivered", http_status=204, error=None,
+    settled = api.store.dispatch.settle_attempts([Settlement(jobs[0], result="delivered", http_status=204, error=None,
                                                     state="delivered", cause=None, next_attempt_us=None)],
                                         now_us=first + 9000)
     assert settled == [True]

@@ -23,11 +23,11 @@ def test_run_now_commits_a_manual_fire_with_its_own_key(tmp_path):
         # The scheduled trigger is untouched: its next instant and version stay.
         assert s.get(f"/v1/triggers/{tr['id']}").json()["next_instant"] == tr["next_instant"]
         # Claimable by the dispatch plane at once (it is committed, its instant ≤ now).
-        jobs = api.store.claim_dispatch("on-time", api.clock.now().latest_us, 10, "d", 30_000_000)
+        jobs = api.store.dispatch.claim_dispatch("on-time", api.clock.now().latest_us, 10, "d", 30_000_000)
         assert [str(FireKey(j.fire.tenant_id, j.fire.trigger_id, j.fire.scheduled_us, j.fire.seq))
                 for j in jobs] == [fire["key"]]
         # Audited with the actor.
-        rows = [r for r in api.store.audit_rows(tenant_id=tenant_id) if r.action == "trigger.run"]
+        rows = [r for r in api.store.trust.audit_rows(tenant_id=tenant_id) if r.action == "trigger.run"]
         assert len(rows) == 1
         # A second run at the very same instant (fake clock) is refused, not duplicated.
         assert_problem(s.post(f"/v1/triggers/{tr['id']}/run"), 409)

@@ -45,7 +45,7 @@ def test_create_shows_secret_once(api: Api) -> None:
     assert got == {k: v for k, v in t.items() if k != "secret"}
     listed = s.get("/v1/targets").json()
     assert listed["items"] == [got] and t["secret"] not in str(listed)
-    stored = api.store.get_target(tenant_id, t["id"])
+    stored = api.store.registry.get_target(tenant_id, t["id"])
     assert stored is not None and t["secret"] not in stored.secret            # stored sealed (finding 9)
     assert open_secret(api.store, stored) == t["secret"]
 

@@ -46,9 +46,9 @@ def test_create_returns_the_view_with_the_literal_next_instant(api: Api) -> None
     }
     assert "payload" not in t
     # The due row says the same; the version stored the payload, the schedule normalised.
-    stored = api.store.get_trigger(tenant_id, t["id"])
+    stored = api.store.registry.get_trigger(tenant_id, t["id"])
     assert stored is not None and stored.next_us == us("2026-03-30T07:00:00Z")
-    v = api.store.get_version(t["id"], 1)
+    v = api.store.registry.get_version(t["id"], 1)
     assert v is not None and v.tzdata_version == TZDATA_VERSION
     # Stored sealed under the tenant's key (invariant 14): only the attempt runner's cipher opens it.
     assert SENTINEL.encode() not in v.payload
@@ -63,7 +63,7 @@ def test_policy_fields_are_stored_and_shown(api: Api) -> None:
                   outcome_window="90m", jitter="30s", timeout="1500ms")
     assert (t["missed_fire_policy"], t["catchup_horizon"], t["overlap_policy"], t["outcome_window"],
             t["jitter"], t["timeout"]) == ("fire-all", "1d", "queue", "1h30m", "30s", "1s500ms")
-    v = api.store.get_version(t["id"], 1)
+    v = api.store.registry.get_version(t["id"], 1)
     assert v is not None
     p = v.policies
     assert (p.catchup_horizon_s, p.outcome_window_s, p.jitter_s, p.timeout_s) == (86400, 5400, 30, 1.5)
@@ -133,11 +133,11 @@ def test_amend_schedule_changes_next_instant_at_once_and_bumps_version(api: Api)
     assert a["schedule"] == {"cron": "0 */15 * * * *", "zone": "UTC"}
     assert a["updated_at"] == "2026-03-27T12:01:00Z" and a["created_at"] == "2026-03-27T12:00:00Z"
     assert api.changes == before + 1
-    stored = api.store.get_trigger(tenant_id, t["id"])
+    stored = api.store.registry.get_trigger(tenant_id, t["id"])
     assert stored is not None and stored.next_us == us("2026-03-27T12:15:00Z")
     assert stored.current_version == 2
     # The old version is kept, immutable.
-    v1 = api.store.get_version(t["id"], 1)
+    v1 = api.store.registry.get_version(t["id"], 1)
     assert v1 is not None and v1.schedule["cron"] == "0 0 9 * * 1-5"
 
 
@@ -155,7 +155,7 @@ def test_amend_other_fields_keeps_schedule_and_pending_instant(api: Api) -> None
         "renamed", tg2["id"], "skip", "5s", 2)
     assert a["missed_fire_policy"] == "fire-once-now" and a["timeout"] == "30s"
     assert a["next_instant"] == t["next_instant"] and a["schedule"] == t["schedule"]
-    v2 = api.store.get_version(t["id"], 2)
+    v2 = api.store.registry.get_version(t["id"], 2)
     assert v2 is not None and b'"v":2' in cipher_for(api.store).open(tenant_id, t["id"], 2, v2.payload)
     # An interval keeps its original anchor across amendments that do not touch the schedule.
     iv = s.trigger(tg["id"], {"every": "1h"})
@@ -172,7 +172,7 @@ def test_pause_removes_next_instant_and_resume_restores_it(api: Api) -> None:
     r = s.post(f"/v1/triggers/{t['id']}/pause")
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "paused" and r.json()["next_instant"] is None
-    assert api.store.earliest_due() is None
+    assert api.store.timing.earliest_due() is None
     assert_problem(s.post(f"/v1/triggers/{t['id']}/pause"), 409)
     # Paused across two instants: resume restarts at the first instant after the pause, so the timing
     # plane decides the paused ones by the missed-fire policy (tests/planes/test_pause_resume.py, decision 0063).
@@ -180,7 +180,7 @@ def test_pause_removes_next_instant_and_resume_restores_it(api: Api) -> None:
     r = s.post(f"/v1/triggers/{t['id']}/resume")
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "active" and r.json()["next_instant"] == "2026-03-27T13:00:00Z"
-    assert api.store.earliest_due() == us("2026-03-27T13:00:00Z")
+    assert api.store.timing.earliest_due() == us("2026-03-27T13:00:00Z")
     assert_problem(s.post(f"/v1/triggers/{t['id']}/resume"), 409)
     assert s.get(f"/v1/triggers/{t['id']}").json()["next_instant"] == "2026-03-27T13:00:00Z"
 
@@ -192,7 +192,7 @@ def test_amend_while_paused_keeps_it_paused(api: Api) -> None:
     s.post(f"/v1/triggers/{t['id']}/pause")
     r = s.patch(f"/v1/triggers/{t['id']}", json={"schedule": {"every": "5m"}})
     assert r.status_code == 200 and r.json()["state"] == "paused" and r.json()["next_instant"] is None
-    assert api.store.earliest_due() is None
+    assert api.store.timing.earliest_due() is None
     r = s.post(f"/v1/triggers/{t['id']}/resume")
     assert r.json()["next_instant"] == "2026-03-27T12:05:00Z"
 
@@ -210,7 +210,7 @@ def test_delete_removes_trigger_and_due_row(api: Api) -> None:
     assert_problem(s.delete(f"/v1/triggers/{t['id']}"), 404)
     assert_problem(s.post(f"/v1/triggers/{t['id']}/resume"), 404)
     assert [i["id"] for i in s.get("/v1/triggers").json()["items"]] == [keep["id"]]
-    assert [d.trigger_id for d in api.store.due_rows(2**62, 10)] == [keep["id"]]
+    assert [d.trigger_id for d in api.store.timing.due_rows(2**62, 10)] == [keep["id"]]
 
 
 def test_preview_uses_the_compiler_and_declares_dst(api: Api) -> None:

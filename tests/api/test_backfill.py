@@ -17,12 +17,12 @@ import pytest
 from apikit import T0, Api, assert_problem, us
 from fireledger.backfill import BACKFILL_SEQ, max_fires_from_env
 from fireledger.control.auth import hash_token
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Policies
 from fireledger.domain.smearing import is_popular
 from fireledger.observe.smearing import smearing_report
 from fireledger.security.auditlog import verify_chain
-from fireledger.store import Settlement
 from fireledger.timing import TimingLoop
 from storekit import add_target, add_tenant, add_trigger
 
@@ -41,12 +41,12 @@ def api(tmp_path: Path) -> Any:
 
 
 def backfill_fires(api: Api, tenant_id: str, trigger_id: str) -> list[Any]:
-    return [f for f in api.store.history_fires(tenant_id, trigger_id=trigger_id, limit=10_000)
+    return [f for f in api.store.history.history_fires(tenant_id, trigger_id=trigger_id, limit=10_000)
             if f.kind == "backfill"]
 
 
 def audits(api: Api, tenant_id: str, action: str) -> list[Any]:
-    return [r for r in api.store.audit_rows(tenant_id=tenant_id) if r.action == action]
+    return [r for r in api.store.trust.audit_rows(tenant_id=tenant_id) if r.action == action]
 
 
 # --- the API ------------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def test_backfill_commits_keyed_fires_in_the_backfill_lane_and_audits_them(api: 
     assert [f.scheduled_us for f in fires] == want
     assert {(f.seq, f.kind, f.lane, f.state, f.version) for f in fires} == {(BACKFILL_SEQ, "backfill", "backfill",
                                                                             "pending", 1)}
-    principal = api.store.principal_by_token_hash(hash_token(s.token))
+    principal = api.store.trust.principal_by_token_hash(hash_token(s.token))
     assert {f.decided_by for f in fires} == {f"control:{principal.id}"}
     assert all(f.tzdata_version for f in fires)
     assert [i["key"] for i in out["items"]] == [str(FireKey(tenant_id, tr["id"], u, 2)) for u in want]
@@ -78,9 +78,9 @@ def test_backfill_commits_keyed_fires_in_the_backfill_lane_and_audits_them(api: 
     assert [(h["scheduled_instant"], h["kind"], h["lane"]) for h in hist] == [
         (i["instant"], "backfill", "backfill") for i in out["items"]]
     # Only the backfill lane offers them to the dispatch plane.
-    assert api.store.claim_dispatch("on-time", T0, 100, "d", 30 * S) == []
-    assert api.store.claim_dispatch("catch-up", T0, 100, "d", 30 * S) == []
-    assert len(api.store.claim_dispatch("backfill", T0, 100, "d", 30 * S)) == 6
+    assert api.store.dispatch.claim_dispatch("on-time", T0, 100, "d", 30 * S) == []
+    assert api.store.dispatch.claim_dispatch("catch-up", T0, 100, "d", 30 * S) == []
+    assert len(api.store.dispatch.claim_dispatch("backfill", T0, 100, "d", 30 * S)) == 6
     # Audited with the actor, the window and the counts (never a payload).
     (row,) = audits(api, tenant_id, "trigger.backfill")
     new = json.loads(row.new)
@@ -95,10 +95,10 @@ def test_repeating_a_backfill_creates_nothing_twice_and_never_collides_with_sche
     tr = s.trigger(s.target()["id"], HOURLY)
     # The scheduled fire of 03:00 exists (sequence 0, as the timing plane writes it) and was delivered.
     at3 = us("2026-03-27T03:00:00Z")
-    api.store.insert_fires([NewFire(tenant_id, tr["id"], at3, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
+    api.store.timing.insert_fires([NewFire(tenant_id, tr["id"], at3, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
                                     FireState.PENDING, at3, "2026a", "timing-1")])
-    (job,) = api.store.claim_dispatch("on-time", T0, 10, "d", 30 * S)
-    api.store.settle_attempts([Settlement(job, "delivered", 200, None, "delivered", None, None)], T0)
+    (job,) = api.store.dispatch.claim_dispatch("on-time", T0, 10, "d", 30 * S)
+    api.store.dispatch.settle_attempts([Settlement(job, "delivered", 200, None, "delivered", None, None)], T0)
     first = s.post(f"/v1/triggers/{tr['id']}/backfill", json=WINDOW).json()
     assert first["created"] == 6   # the backfill of 03:00 is its own fire: sequence 2, not 0
     again = s.post(f"/v1/triggers/{tr['id']}/backfill", json=WINDOW)
@@ -107,7 +107,7 @@ def test_repeating_a_backfill_creates_nothing_twice_and_never_collides_with_sche
     assert {i["outcome"] for i in again.json()["items"]} == {"present"}
     wider = s.post(f"/v1/triggers/{tr['id']}/backfill", json={**WINDOW, "to": "2026-03-27T08:00:00Z"}).json()
     assert (wider["created"], wider["already_present"]) == (2, 6)
-    fires = api.store.history_fires(tenant_id, trigger_id=tr["id"], limit=100)
+    fires = api.store.history.history_fires(tenant_id, trigger_id=tr["id"], limit=100)
     keys = [(f.scheduled_us, f.seq) for f in fires]
     assert len(keys) == len(set(keys)) == 9
     assert [f.seq for f in fires if f.scheduled_us == at3] == [0, 2]
@@ -115,10 +115,10 @@ def test_repeating_a_backfill_creates_nothing_twice_and_never_collides_with_sche
     # skip_delivered leaves out the instant whose fire was delivered.
     later = {"from": "2026-03-27T02:00:00Z", "to": "2026-03-27T05:00:00Z", "skip_delivered": True}
     tr2 = s.trigger(s.target()["id"], HOURLY)
-    api.store.insert_fires([NewFire(tenant_id, tr2["id"], at3, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
+    api.store.timing.insert_fires([NewFire(tenant_id, tr2["id"], at3, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
                                     FireState.PENDING, at3, "2026a", "timing-1")])
-    (job,) = api.store.claim_dispatch("on-time", T0, 10, "d", 30 * S)
-    api.store.settle_attempts([Settlement(job, "delivered", 200, None, "delivered", None, None)], T0)
+    (job,) = api.store.dispatch.claim_dispatch("on-time", T0, 10, "d", 30 * S)
+    api.store.dispatch.settle_attempts([Settlement(job, "delivered", 200, None, "delivered", None, None)], T0)
     out = s.post(f"/v1/triggers/{tr2['id']}/backfill", json=later).json()
     assert (out["instants"], out["created"], out["skipped_delivered"]) == (3, 2, 1)
     assert [i["outcome"] for i in out["items"]] == ["created", "skipped-delivered", "created"]
@@ -129,7 +129,7 @@ def test_dry_run_lists_the_plan_and_stores_nothing(api: Api) -> None:
     tr = s.trigger(s.target()["id"], HOURLY)
     s.post(f"/v1/triggers/{tr['id']}/backfill", json={**WINDOW, "to": "2026-03-27T02:00:00Z"})
     snap = api.snapshot()
-    n_audit = len(api.store.audit_rows(tenant_id=tenant_id))
+    n_audit = len(api.store.trust.audit_rows(tenant_id=tenant_id))
     r = s.post(f"/v1/triggers/{tr['id']}/backfill", json={**WINDOW, "dry_run": True})
     assert r.status_code == 200, r.text
     out = r.json()
@@ -137,7 +137,7 @@ def test_dry_run_lists_the_plan_and_stores_nothing(api: Api) -> None:
     assert [i["outcome"] for i in out["items"]] == ["present", "present", "create", "create", "create", "create"]
     assert out["items"][2]["key"] == str(FireKey(tenant_id, tr["id"], us("2026-03-27T02:00:00Z"), 2))
     assert api.snapshot() == snap
-    assert len(api.store.audit_rows(tenant_id=tenant_id)) == n_audit
+    assert len(api.store.trust.audit_rows(tenant_id=tenant_id)) == n_audit
 
 
 def test_an_author_without_the_backfill_role_is_refused_and_the_refusal_audited(api: Api) -> None:
@@ -218,18 +218,18 @@ def test_store_commits_backfill_fires_and_their_audit_in_one_transaction(store: 
     fires = [NewFire(t.id, trig.id, T0 - k * 60 * S, 2, 1, FireKind.BACKFILL, Lane.BACKFILL, FireState.PENDING,
                      T0, "2026a", "operator") for k in range(1, 4)]
     progress: list[tuple[int, int]] = []
-    got = store.commit_backfill(fires, tenant_id=t.id, actor="operator", at_us=T0, prior=None,
+    got = store.registry.commit_backfill(fires, tenant_id=t.id, actor="operator", at_us=T0, prior=None,
                                 audit_new={"trigger_id": trig.id}, progress=lambda d, n: progress.append((d, n)))
     assert len(got) == 3 and progress[-1] == (3, 3)
     extra = NewFire(t.id, trig.id, T0 - 600 * S, 2, 1, FireKind.BACKFILL, Lane.BACKFILL, FireState.PENDING, T0,
                     "2026a", "operator")
-    again = store.commit_backfill([*fires[:2], extra],
+    again = store.registry.commit_backfill([*fires[:2], extra],
                                   tenant_id=t.id, actor="operator", at_us=T0, prior=None,
                                   audit_new={"trigger_id": trig.id})
     assert [f.scheduled_us for f in again] == [T0 - 600 * S]
-    rows = [r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.backfill"]
+    rows = [r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.backfill"]
     assert [(json.loads(r.new)["created"], json.loads(r.new)["already_present"]) for r in rows] == [(3, 0), (1, 2)]
-    present, delivered = store.backfill_window(t.id, trig.id, T0 - 3600 * S, T0, 2)
+    present, delivered = store.registry.backfill_window(t.id, trig.id, T0 - 3600 * S, T0, 2)
     assert present == {T0 - k * 60 * S for k in (1, 2, 3, 10)} and delivered == set()
     # A failure inside the transaction leaves neither fires nor the audit row.
     bad = [NewFire(t.id, trig.id, T0 - 7 * 60 * S, 2, 1, FireKind.BACKFILL, Lane.BACKFILL, FireState.PENDING,
@@ -239,10 +239,10 @@ def test_store_commits_backfill_fires_and_their_audit_in_one_transaction(store: 
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        store.commit_backfill(bad, tenant_id=t.id, actor="operator", at_us=T0, prior=None, audit_new={},
+        store.registry.commit_backfill(bad, tenant_id=t.id, actor="operator", at_us=T0, prior=None, audit_new={},
                               progress=boom)
-    assert store.backfill_window(t.id, trig.id, T0 - 3600 * S, T0, 2)[0] == present
-    assert len([r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.backfill"]) == 2
+    assert store.registry.backfill_window(t.id, trig.id, T0 - 3600 * S, T0, 2)[0] == present
+    assert len([r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.backfill"]) == 2
     assert verify_chain(store).ok
 
 
@@ -253,21 +253,21 @@ def test_store_smear_rows_page_the_tenants_on_time_scheduled_fires(store: Any) -
     base = T0 - 1800 * S
     mk = lambda at, seq=0, kind=FireKind.SCHEDULED, lane=Lane.ON_TIME, state=FireState.PENDING: NewFire(  # noqa: E731
         t.id, trig.id, at, seq, 1, kind, lane, state, at, "2026a", "timing-1")
-    store.insert_fires([mk(base + k * S) for k in range(7)]
+    store.timing.insert_fires([mk(base + k * S) for k in range(7)]
                        + [mk(base + 100 * S, kind=FireKind.CATCH_UP, lane=Lane.CATCH_UP),
                           mk(base + 101 * S, seq=2, kind=FireKind.BACKFILL, lane=Lane.BACKFILL),
                           mk(base + 102 * S, state=FireState.SKIPPED)])
     rows, after = [], None
     while True:
-        page = store.smear_rows(t.id, base, base + 3600 * S, after=after, limit=3)
+        page = store.history.smear_rows(t.id, base, base + 3600 * S, after=after, limit=3)
         rows += page
         if len(page) < 3:
             break
         after = (page[-1][2], page[-1][0], page[-1][3])
     assert [r[2] for r in rows] == [base + k * S for k in range(7)]
-    assert store.version_jitter_s(trig.id, 1) == 7 and store.version_jitter_s(trig.id, 9) == 0
+    assert store.registry.version_jitter_s(trig.id, 1) == 7 and store.registry.version_jitter_s(trig.id, 9) == 0
     other = add_tenant(store, "other")
-    assert store.smear_rows(other.id, base, base + 3600 * S) == []
+    assert store.history.smear_rows(other.id, base, base + 3600 * S) == []
 
 
 # --- the smearing report --------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_smearing_report_matches_what_the_planner_recorded(api: Api) -> None:
     loop = TimingLoop(api.store, api.clock, "timing-1")
     assert len(loop.tick().inserted) == 65
     # What the planner recorded as each fire's dispatch not-before (nothing dispatched yet).
-    fires = api.store.history_fires(tenant_id, limit=1000)
+    fires = api.store.history.history_fires(tenant_id, limit=1000)
     recorded = Counter(f.next_attempt_us // S for f in fires)
     assert all(is_popular(f.scheduled_us) for f in fires)
     r = reader.get("/v1/reports/smearing", params={"from": "2026-03-27T12:00:00Z", "to": "2026-03-27T12:02:00Z"})

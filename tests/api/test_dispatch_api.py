@@ -15,8 +15,8 @@ from fireledger.dispatch.lanes import DispatchConfig
 from fireledger.dispatch.runner import _Shaper
 from fireledger.dispatch.shaping import Capacity
 from fireledger.dispatch.signing import build_headers
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import FireKey
-from fireledger.store import Settlement
 
 S = 1_000_000
 WIDE = Capacity(100, {"on-time": 100, "catch-up": 100, "backfill": 100}, 100)
@@ -35,14 +35,14 @@ def deliver_all(api: Api, *, result: str = "delivered") -> list[str]:
     from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
 
     now = api.clock.now().latest_us
-    for row in api.store.due_rows(now, 100):
+    for row in api.store.timing.due_rows(now, 100):
         f = NewFire(row.tenant_id, row.trigger_id, row.next_us, 0, row.version, FireKind.SCHEDULED, Lane.ON_TIME,
                     FireState.PENDING, now, "2026f", "t")
-        api.store.apply_decisions([Decision(Advance(row.trigger_id, row.next_us, row.version, None, row.version),
+        api.store.timing.apply_decisions([Decision(Advance(row.trigger_id, row.next_us, row.version, None, row.version),
                                             (f,))])
-    res = api.store.claim_shaped(now, "d", {"on-time": 100}, _Shaper(DispatchConfig(), WIDE), 5 * S)
+    res = api.store.dispatch.claim_shaped(now, "d", {"on-time": 100}, _Shaper(DispatchConfig(), WIDE), 5 * S)
     items = [Settlement(c.job, result, None, None, result, None, None) for c in res.jobs]
-    assert all(api.store.settle_dispatch(items, now))
+    assert all(api.store.dispatch.settle_dispatch(items, now))
     return [str(FireKey(c.job.fire.tenant_id, c.job.fire.trigger_id, c.job.fire.scheduled_us, 0)) for c in res.jobs]
 
 
@@ -199,12 +199,12 @@ def test_outcome_for_a_fire_not_dispatched_is_refused(api: Api) -> None:
     t = one_shot(s, created["id"], api)
     from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
 
-    row = api.store.due_rows(2**62, 10)[0]
+    row = api.store.timing.due_rows(2**62, 10)[0]
     f = NewFire(tenant_id, t["id"], row.next_us, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                 row.next_us, "2026f", "t")
-    api.store.apply_decisions([Decision(Advance(t["id"], row.next_us, 1, None, 1), (f,))])
+    api.store.timing.apply_decisions([Decision(Advance(t["id"], row.next_us, 1, None, 1), (f,))])
     key = str(FireKey(tenant_id, t["id"], row.next_us, 0))
     raw, h = signed(created["secret"], {"outcome": "succeeded"}, api.clock.now().latest_us // S, key=key)
     assert "never dispatched" in assert_problem(api.anon.post(f"/v1/fires/{key}/outcome", content=raw,
                                                               headers=h), 409)["detail"]
-    assert api.store.get_outcome(FireKey.parse(key)) is None
+    assert api.store.dispatch.get_outcome(FireKey.parse(key)) is None

@@ -138,7 +138,7 @@ def test_an_interval_dry_run_returns_its_anchor_and_jitter_only_on_whole_minutes
 def ledger_counts(api: Api, tenant_id: str, trigger_id: str, decided_us: int) -> dict[str, int]:
     """One plan's instants by outcome, read from the ledger (a range record counts its range)."""
     out = {"dispatched": 0, "caught_up": 0, "on_time": 0, "skipped": 0, "expired": 0}
-    for f in api.store.list_fires(tenant_id, trigger_id, limit=10_000):
+    for f in api.store.history.list_fires(tenant_id, trigger_id, limit=10_000):
         if f.decided_us != decided_us or f.kind not in ("scheduled", "catch-up"):
             continue
         n, _ = record_weight(f.cause)

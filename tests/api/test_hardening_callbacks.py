@@ -51,12 +51,12 @@ def test_a_callback_is_bound_to_the_fire_it_names(api: Api) -> None:
     raw, h = callback(secret, first, "failed", msg_id="m1", timestamp=now_s)
     body = assert_problem(_post(api, second, raw, h), 422, "fire_key")
     assert "path" in body["errors"][0]["problem"]
-    assert api.store.get_outcome(FireKey.parse(second)) is None
+    assert api.store.dispatch.get_outcome(FireKey.parse(second)) is None
 
     # At its own path the same callback is accepted; the other fire stays without an outcome.
     assert _post(api, first, raw, h).status_code == 201
-    assert api.store.get_outcome(FireKey.parse(first))[0] == "failed"
-    assert api.store.get_outcome(FireKey.parse(second)) is None
+    assert api.store.dispatch.get_outcome(FireKey.parse(first))[0] == "failed"
+    assert api.store.dispatch.get_outcome(FireKey.parse(second)) is None
 
     # The binding is under the signature: editing it breaks the signature (401, not a 422).
     forged = json.dumps({"fire_key": second, "outcome": "failed"}).encode()
@@ -76,7 +76,7 @@ def test_callbacks_for_a_deleted_target_or_tenant_are_refused(api: Api) -> None:
     raw, h = callback(target["secret"], key, "succeeded", msg_id="m1", timestamp=now_s)
     body = assert_problem(_post(api, key, raw, h), 409)
     assert f"target {target['id']} was deleted" in body["detail"]
-    assert api.store.get_outcome(FireKey.parse(key)) is None
+    assert api.store.dispatch.get_outcome(FireKey.parse(key)) is None
 
     # Another tenant: its tenant is deleted (the target still exists as a row).
     other_id, o = api.tenant("other")
@@ -84,9 +84,9 @@ def test_callbacks_for_a_deleted_target_or_tenant_are_refused(api: Api) -> None:
     one_shot(o, t2["id"], api)
     api.clock.advance(61 * S)
     [key2] = deliver_all(api)
-    assert api.store.delete_tenant(other_id, "test", api.clock.now().latest_us) is not None
+    assert api.store.trust.delete_tenant(other_id, "test", api.clock.now().latest_us) is not None
     raw, h = callback(t2["secret"], key2, "succeeded", msg_id="m2", timestamp=api.clock.now().latest_us // S)
     body = assert_problem(_post(api, key2, raw, h), 409)
     assert "tenant was deleted" in body["detail"]
-    assert api.store.get_outcome(FireKey.parse(key2)) is None
+    assert api.store.dispatch.get_outcome(FireKey.parse(key2)) is None
     assert tenant_id != other_id

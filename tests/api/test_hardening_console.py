@@ -26,7 +26,7 @@ from e2e import Service, new_tenant
 from fireledger.clock import FakeClock
 from fireledger.control import create_app
 from fireledger.control.auth import create_tenant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from storekit import QueryCounter, open_store
 
 COOKIE = "fireledger_console"
@@ -69,16 +69,16 @@ def csrf_of(page_html: str) -> str:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def two_apps(request: Any, tmp_path: Path) -> Iterator[tuple[SqlStore, TestClient, TestClient]]:
+def two_apps(request: Any, tmp_path: Path) -> Iterator[tuple[Store, TestClient, TestClient]]:
     """Two control planes (two apps, two stores) over one database, as two processes would be."""
     pg = request.getfixturevalue("pg_server") if request.param == "postgres" else None
     first = open_store(request.param, tmp_path, pg)
     url = f"sqlite:///{tmp_path}/store.db" if request.param == "sqlite" else None
     if url is None:
         conninfo = first.engine.url
-        second = SqlStore.open(conninfo)
+        second = Store.open(conninfo)
     else:
-        second = SqlStore.open(url)
+        second = Store.open(url)
     clock = FakeClock(true_us=T0)
     a = TestClient(create_app(first, clock))
     b = TestClient(create_app(second, clock))
@@ -92,7 +92,7 @@ def two_apps(request: Any, tmp_path: Path) -> Iterator[tuple[SqlStore, TestClien
 
 
 def test_the_cookie_is_a_session_id_stored_hashed_and_revocation_or_sign_out_end_it_everywhere(
-        two_apps: tuple[SqlStore, TestClient, TestClient]) -> None:
+        two_apps: tuple[Store, TestClient, TestClient]) -> None:
     store, a, b = two_apps
     _, admin = create_tenant(store, "console-sessions", T0)
     reader = b.post("/v1/principals", json={"name": "viewer", "roles": ["reader"]},

@@ -33,7 +33,7 @@ from fireledger.dispatch.http import HttpSender
 from fireledger.dispatch.runner import Dispatcher
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import forget_cached, prove_ownership, verification_response
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.store.engine import migration_files
 from fireledger.timing import TimingLoop
 from storekit import add_target, add_tenant, add_trigger, open_store
@@ -207,9 +207,9 @@ def test_a_plain_http_name_that_resolves_elsewhere_at_dispatch_is_not_sent_to(en
                                                        EgressPolicy(allow_private=True), resolver=dns))
         assert cause is None and addresses == ("127.0.0.1",)
         now = clock.now().latest_us
-        assert store.set_target_verification(t.id, tg.id, "verified", now, now + 3_600_000_000, None, "test", now,
+        assert store.trust.set_target_verification(t.id, tg.id, "verified", now, now + 3_600_000_000, None, "test", now,
                                              addresses=addresses)
-        assert store.target_trust(tg.id).pinned == frozenset({"127.0.0.1"})
+        assert store.trust.target_trust(tg.id).pinned == frozenset({"127.0.0.1"})
         forget_cached()
 
         def run() -> Any:
@@ -234,7 +234,7 @@ def test_a_plain_http_name_that_resolves_elsewhere_at_dispatch_is_not_sent_to(en
         dns.answers["owned.test"] = ["127.0.0.2"]
         moved = run()
         assert elsewhere.hooks() == [], "a request reached the address the name was moved to"
-        failed = [f for f in store.list_fires(t.id, moved.id) if f.state == "failed"]
+        failed = [f for f in store.history.list_fires(t.id, moved.id) if f.state == "failed"]
         assert failed
         cause_text = failed[0].cause
         assert "owned.test now resolves to 127.0.0.2" in cause_text and "verify the target again" in cause_text
@@ -269,7 +269,8 @@ def test_a_plain_http_name_verified_without_addresses_is_not_usable(api: Api):
     _, s = api.tenant("acme")
     tg = s.post("/v1/targets", json={"kind": "http", "url": "http://owned.test/hook"}).json()
     now = api.clock.now().latest_us
-    assert api.store.set_target_verification(api.store.target_trust(tg["id"]).tenant_id, tg["id"], "verified",
+    assert api.store.trust.set_target_verification(api.store.trust.target_trust(tg["id"]).tenant_id, tg["id"],
+                                                   "verified",
                                              now, now + 3_600_000_000, None, "test", now)
     body = assert_problem(s.post("/v1/triggers", json={"name": "t", "schedule": {"every": "1m"},
                                                        "target_id": tg["id"]}), 422, "target_id")
@@ -294,11 +295,11 @@ def test_verifications_under_the_old_challenge_are_void_after_the_upgrade(tmp_pa
                      "VALUES (?, 'tn_a', ?, ?, 's', 'verified', 'tok', 0, 1, 9000000000000000)", (tid, kind, url))
     conn.commit()
     conn.close()
-    store = SqlStore.open(f"sqlite:///{db}")
+    store = Store.open(f"sqlite:///{db}")
     try:
-        old = store.target_trust("tg_http")
+        old = store.trust.target_trust("tg_http")
         assert old.state == "unverified" and old.expires_us is None and "verify again" in old.error
-        assert store.target_trust("tg_q").state == "verified"
+        assert store.trust.target_trust("tg_q").state == "verified"
     finally:
         store.close()
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from apikit import SENTINEL, Api, assert_problem, us
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
 from fireledger.recurrence import TZDATA_VERSION
-from fireledger.store.sql_store import Settlement
 
 HOUR = 3600 * 1_000_000
 S = 1_000_000
@@ -31,14 +31,14 @@ def api(tmp_path: Path) -> Iterator[Api]:
 def decide(api: Api, tenant_id: str, trigger_id: str, states: list[FireState]) -> None:
     """Decide one hourly fire per entry of ``states`` (expired/skipped ones carry a cause)."""
     for state in states:
-        row = next(d for d in api.store.due_rows(2**62, 100) if d.trigger_id == trigger_id)
+        row = next(d for d in api.store.timing.due_rows(2**62, 100) if d.trigger_id == trigger_id)
         cause = {FireState.EXPIRED: "expired: missed and older than the catch-up horizon (1h)",
                  FireState.SKIPPED: "skipped: missed; missed-fire policy is skip"}.get(state)
         kind = FireKind.SCHEDULED if cause is None else FireKind.CATCH_UP
         lane = Lane.ON_TIME if cause is None else Lane.CATCH_UP
         fire = NewFire(tenant_id, trigger_id, row.next_us, 0, row.version, kind, lane, state,
                        row.next_us + 1000, TZDATA_VERSION, "node-a", cause=cause)
-        out = api.store.apply_decisions([Decision(Advance(trigger_id, row.next_us, row.version,
+        out = api.store.timing.apply_decisions([Decision(Advance(trigger_id, row.next_us, row.version,
                                                           row.next_us + HOUR, row.version), (fire,))])
         assert out[0].advanced
 
@@ -47,9 +47,9 @@ def deliver_each(api: Api, lateness_s: list[float]) -> None:
     """Dispatch the pending on-time fires one by one, oldest first, each ``lateness_s[i]`` late."""
     for i, late in enumerate(lateness_s):
         at = FIRST + i * HOUR + int(late * S)
-        jobs = api.store.claim_dispatch("on-time", at, 1, "runner-1", 30 * S)
+        jobs = api.store.dispatch.claim_dispatch("on-time", at, 1, "runner-1", 30 * S)
         assert len(jobs) == 1 and jobs[0].fire.scheduled_us == FIRST + i * HOUR, (i, jobs)
-        api.store.settle_attempts([Settlement(jobs[0], "delivered", 200, None, "delivered", None, None)],
+        api.store.dispatch.settle_attempts([Settlement(jobs[0], "delivered", 200, None, "delivered", None, None)],
                                   at + 250_000)
 
 

@@ -36,10 +36,10 @@ class World:
         _, self.b_owner = self.api.tenant("tenant-b")
         tg = self.a.target()
         t = self.a.trigger(tg["id"], {"cron": "0 * * * *", "zone": "UTC"})
-        due = self.api.store.due_rows(2**62, 1)[0]
+        due = self.api.store.timing.due_rows(2**62, 1)[0]
         fire = NewFire(a_id, t["id"], due.next_us, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                        T0, "2026f", "node-test")
-        self.api.store.apply_decisions([Decision(Advance(t["id"], due.next_us, 1, due.next_us + 3600_000_000, 1),
+        self.api.store.timing.apply_decisions([Decision(Advance(t["id"], due.next_us, 1, due.next_us + 3600_000_000, 1),
                                                  (fire,))])
         p = self.a.post("/v1/principals", json={"name": "a-reader", "roles": ["reader"]}).json()
         self.objects = {"trigger": t["id"], "target": tg["id"], "principal": p["id"],

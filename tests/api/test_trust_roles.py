@@ -34,8 +34,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Sessi
     from fireledger.domain.model import Principal
 
     tok = new_token()
-    tenant_id = api.store.principal_by_token_hash(hash_token(owner.token)).tenant_id
-    api.store.create_principal(Principal(new_id("pr"), tenant_id, "nothing", frozenset(), 0), hash_token(tok))
+    tenant_id = api.store.trust.principal_by_token_hash(hash_token(owner.token)).tenant_id
+    api.store.trust.create_principal(Principal(new_id("pr"), tenant_id, "nothing", frozenset(), 0), hash_token(tok))
     sessions["none"] = Session(api, tok)
     yield api, owner, sessions
     api.assert_no_sentinel()
@@ -100,9 +100,9 @@ def test_role_matrix(world, role: str, method: str, path: str, body: Any, needs:
     api, owner, sessions = world
     s = sessions[role]
     url, body = _request(owner, method, path, body)
-    head, _ = api.store.audit_head()
+    head, _ = api.store.trust.audit_head()
     r = s.request(method, url, json=body) if body is not None else s.request(method, url)
-    denied = [a.as_json() for a in api.store.audit_rows(head) if a.action == "denied"]
+    denied = [a.as_json() for a in api.store.trust.audit_rows(head) if a.action == "denied"]
     if role == needs:
         assert r.status_code not in (401, 403), r.text
         assert not denied
@@ -111,7 +111,7 @@ def test_role_matrix(world, role: str, method: str, path: str, body: Any, needs:
         assert problem["detail"] == f"this token lacks the role {needs!r}"
         [row] = denied
         assert row["new"]["missing_role"] == needs and row["new"]["request"].startswith(f"{method} /v1/")
-        assert row["actor"] == api.store.principal_by_token_hash(_hash(s.token)).id
+        assert row["actor"] == api.store.trust.principal_by_token_hash(_hash(s.token)).id
 
 
 def _hash(token: str | None) -> str:
@@ -170,7 +170,7 @@ def test_horizon_extension_by_an_author_is_refused_and_audited_and_the_policy_ro
              if a["action"] == "trigger.policy" and a["new"]["trigger_id"] == t["id"]]
     assert row["prior"]["catchup_horizon"] == "1h" and row["new"]["catchup_horizon"] == "1d"
     assert row["new"]["fields"] == ["catchup_horizon", "overlap_policy"]
-    assert row["actor"] == api.store.principal_by_token_hash(_hash(sessions["policy"].token)).id
+    assert row["actor"] == api.store.trust.principal_by_token_hash(_hash(sessions["policy"].token)).id
     assert_problem(sessions["policy"].patch(f"/v1/triggers/{t['id']}/policy", json={}), 422, "body")
     assert_problem(sessions["policy"].patch(f"/v1/triggers/{t['id']}/policy", json={"name": "x"}), 422, "name")
 
@@ -198,7 +198,7 @@ def test_principals_token_shown_once_revocation_and_the_last_admin(tmp_path: Pat
                             ({"name": "x\u0007", "roles": ["reader"]}, "name"),
                             ({"name": "x", "roles": ["reader"], "token": "mine"}, "token")):
             assert_problem(owner.post("/v1/principals", json=body), 422, field)
-        owner_id = api.store.principal_by_token_hash(_hash(owner.token)).id
+        owner_id = api.store.trust.principal_by_token_hash(_hash(owner.token)).id
         body = assert_problem(owner.delete(f"/v1/principals/{owner_id}"), 409)
         assert "last admin" in body["detail"]
         admin2 = owner.post("/v1/principals", json={"name": "second admin", "roles": ["admin"]}).json()

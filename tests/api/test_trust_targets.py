@@ -135,12 +135,12 @@ def test_verify_is_admin_only_and_another_tenants_target_is_absent(api: Api, sin
     tenant_id, s = api.tenant("acme")
     tg = s.target(f"{sink.base_url}/hook", verified=False)
     token = new_token()
-    api.store.create_principal(Principal(new_id("pr"), tenant_id, "r", frozenset({"reader", "author"}), 0),
+    api.store.trust.create_principal(Principal(new_id("pr"), tenant_id, "r", frozenset({"reader", "author"}), 0),
                                hash_token(token))
     assert_problem(Session(api, token).post(f"/v1/targets/{tg['id']}/verify"), 403)
     _, b = api.tenant("other")
     assert_problem(b.post(f"/v1/targets/{tg['id']}/verify"), 404)
-    assert api.store.target_trust(tg["id"]).state == "unverified"
+    assert api.store.trust.target_trust(tg["id"]).state == "unverified"
 
 
 # --- dispatch-time re-check ------------------------------------------------------------------------
@@ -163,8 +163,8 @@ def test_lapsed_or_failed_verification_is_not_called_at_dispatch(engine, request
         tr_failing, _, _ = add_trigger(store, t, failing, spec, now_us=now)
         assert first is not None
         # Verified at definition; then one lapses (its expiry passes) and one fails a re-verification.
-        assert store.set_target_verification(t.id, lapsing.id, "verified", now - 60 * S, now + 1, None, "t", now)
-        assert store.set_target_verification(t.id, failing.id, "failed", None, None, "HTTP 404", "t", now)
+        assert store.trust.set_target_verification(t.id, lapsing.id, "verified", now - 60 * S, now + 1, None, "t", now)
+        assert store.trust.set_target_verification(t.id, failing.id, "failed", None, None, "HTTP 404", "t", now)
         forget_cached()
         timing = TimingLoop(store, clock, "t1")
 
@@ -178,10 +178,10 @@ def test_lapsed_or_failed_verification_is_not_called_at_dispatch(engine, request
             return rounds
 
         assert asyncio.run(steps()) == [(3, 3), (3, 3)]
-        assert [f.state for f in store.list_fires(t.id, tr_good.id)] == ["delivered", "delivered"]
+        assert [f.state for f in store.history.list_fires(t.id, tr_good.id)] == ["delivered", "delivered"]
         assert {r["trigger_id"] for r in sink.records()} == {tr_good.id}, "a refused target was called"
         for tr, why in ((tr_lapsing, "lapsed at"), (tr_failing, "not verified (state failed (HTTP 404))")):
-            fires = [f for f in store.list_fires(t.id, tr.id) if f.state == "failed"]
+            fires = [f for f in store.history.list_fires(t.id, tr.id) if f.state == "failed"]
             assert len(fires) == 2
             for f in fires:
                 assert f.cause.startswith("failed: not sent: target ") and why in f.cause, f.cause

@@ -27,9 +27,8 @@ from typing import Any
 from fireledger.dispatch.lanes import DispatchConfig
 from fireledger.dispatch.runner import _Shaper
 from fireledger.dispatch.shaping import Capacity
+from fireledger.domain.dispatch_records import Settlement, ShapedDecision
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
-from fireledger.store import Settlement
-from fireledger.store.dispatching import ShapedDecision
 from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
@@ -60,8 +59,8 @@ def _put(store: Any, trig: Any, instants: range) -> None:
     """Commit due fires for ``trig`` in one batch (the timing plane's bulk insert path)."""
     fires = tuple(NewFire(trig.tenant_id, trig.id, us, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                           us, "2026f", "t") for us in instants)
-    row = store.get_trigger(trig.tenant_id, trig.id)
-    [o] = store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
+    row = store.registry.get_trigger(trig.tenant_id, trig.id)
+    [o] = store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
     assert len(o.inserted) == len(fires)
 
 
@@ -130,7 +129,7 @@ def _claim_cost(store: Any, now_us: int, shaper: Any) -> tuple[int, Any]:
         conn = store.engine.connection()
         conn.set_progress_handler(count, 1)
         try:
-            res = store.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
+            res = store.dispatch.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
         finally:
             conn.set_progress_handler(None, 1)
         return steps[0], res
@@ -152,7 +151,7 @@ def _claim_cost(store: Any, now_us: int, shaper: Any) -> tuple[int, Any]:
 
     engine.write, engine.read = write, read
     try:
-        res = store.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
+        res = store.dispatch.claim_shaped(now_us, "probe", {"on-time": WINDOW}, shaper, 5 * S)
     finally:
         del engine.write, engine.read   # back to the class's methods
     assert tally["statements"] > 0
@@ -165,7 +164,7 @@ def _lease_cost(store: Any, now_us: int) -> tuple[int, int]:
     flight (a claim reads the tenants' attempts in flight too: bounded by their quota, not the
     backlog, but not what this test compares)."""
     cost, res = _claim_cost(store, now_us, _Shaper(DispatchConfig(), SLOTS))
-    oks = store.settle_dispatch([Settlement(j.job, "delivered", 200, None, "delivered", None, None)
+    oks = store.dispatch.settle_dispatch([Settlement(j.job, "delivered", 200, None, "delivered", None, None)
                                  for j in res.jobs], now_us)
     assert all(oks)
     return cost, len(res.jobs)
@@ -182,7 +181,7 @@ def test_one_claim_reads_a_bounded_amount_whatever_the_backlog(store):
     for trig in triggers:   # the newest `small` instants of each trigger …
         _put(store, trig, range(T0 + (large - small) * S, T0 + large * S, S))
     for t in {trig.tenant_id for trig in triggers}:
-        store.set_tenant_quota(t, fires_per_s=1e6, inflight=100_000)
+        store.dispatch.set_tenant_quota(t, fires_per_s=1e6, inflight=100_000)
     offer = Offered()
     cost_small, _ = _claim_cost(store, now, offer)
     offered_small = offer.offered

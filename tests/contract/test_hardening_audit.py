@@ -23,15 +23,15 @@ import pytest
 from apikit import Api, assert_problem
 from e2e import cli
 from fireledger.control.denials import PER_WINDOW
+from fireledger.domain.trust_records import GENESIS_HASH, chain_hash
 from fireledger.security.auditlog import check_anchor, read_anchor, verify_chain
-from fireledger.store import SqlStore
-from fireledger.store.trust import GENESIS_HASH, chain_hash
+from fireledger.store import Store
 from storekit import T0
 
 S = 1_000_000
 
 
-def _as_attacker(store: SqlStore, *statements: str, params: list[dict[str, Any]] | None = None) -> None:
+def _as_attacker(store: Store, *statements: str, params: list[dict[str, Any]] | None = None) -> None:
     """SQL run by someone with full database rights (the append-only triggers disabled first)."""
     with store.engine.write() as c:
         if store.engine_name == "sqlite":
@@ -45,25 +45,25 @@ def _as_attacker(store: SqlStore, *statements: str, params: list[dict[str, Any]]
             c.execute(sql, (params or [{}] * len(statements))[i])
 
 
-def _q(store: SqlStore, sql: str) -> str:
+def _q(store: Store, sql: str) -> str:
     """``:name`` placeholders in the engine's style."""
     import re
 
     return sql if store.engine_name == "sqlite" else re.sub(r":(\w+)", r"%(\1)s", sql)
 
 
-def _fill(store: SqlStore, n: int = 5) -> None:
+def _fill(store: Store, n: int = 5) -> None:
     for i in range(1, n + 1):
-        store.append_audit("tn_a", f"pr_{i}", "trigger.policy", T0 + i, {"catchup_horizon": "1h"},
+        store.trust.append_audit("tn_a", f"pr_{i}", "trigger.policy", T0 + i, {"catchup_horizon": "1h"},
                            {"catchup_horizon": f"{i}h"})
 
 
-def _rechain_unkeyed(store: SqlStore, from_seq: int, *, edit_seq: int | None = None,
+def _rechain_unkeyed(store: Store, from_seq: int, *, edit_seq: int | None = None,
                      link: Any = chain_hash, upto: int | None = None) -> None:
     """The attack: optionally edit one row, then recompute every link from ``from_seq`` (to ``upto``,
     default the end) with ``link`` (default: the unkeyed SHA-256 of the pre-0011 code) and move the
     head to match."""
-    rows = store.audit_rows(0, 10_000)
+    rows = store.trust.audit_rows(0, 10_000)
     prev = GENESIS_HASH if from_seq == 1 else rows[from_seq - 2].hash
     updates: list[str] = []
     params: list[dict[str, Any]] = []
@@ -85,7 +85,7 @@ def test_an_edit_rechained_with_the_unkeyed_algorithm_and_a_new_head_is_caught(s
     assert before.ok, before.line()
     # The whole chain recomputed the old (unkeyed) way around an edit of row 3, head included:
     _rechain_unkeyed(store, 1, edit_seq=3)
-    assert [r.actor for r in store.audit_rows()][2] == "pr_innocent"
+    assert [r.actor for r in store.trust.audit_rows()][2] == "pr_innocent"
     report = verify_chain(store)
     assert not report.ok and report.broken_seq == 1, report.line()
     assert report.problem.startswith("unkeyed") and "row 1" in report.line()
@@ -106,9 +106,9 @@ def test_a_key_holder_can_rewrite_consistently_and_only_an_earlier_export_shows_
     import hmac as _hmac
 
     _fill(store, 4)
-    anchor = read_anchor(json.dumps({"seq": r.seq, "hash": r.hash}) for r in store.audit_rows())
+    anchor = read_anchor(json.dumps({"seq": r.seq, "hash": r.hash}) for r in store.trust.audit_rows())
     assert check_anchor(store, anchor) is None
-    key = store.audit_key
+    key = store.trust.audit_key
 
     def keyed(*content: Any) -> str:
         material = json.dumps(list(content), separators=(",", ":"), ensure_ascii=False).encode()
@@ -121,15 +121,15 @@ def test_a_key_holder_can_rewrite_consistently_and_only_an_earlier_export_shows_
     assert found.problem.startswith("anchored")
 
 
-def _legacy_store(kind: str, tmp_path: Path, pg_server: Any, monkeypatch: pytest.MonkeyPatch) -> SqlStore:
+def _legacy_store(kind: str, tmp_path: Path, pg_server: Any, monkeypatch: pytest.MonkeyPatch) -> Store:
     """A store migrated only up to 0010, holding three rows written the pre-0011 (unkeyed) way."""
-    import fireledger.store.sql_store as sql_store
+    import fireledger.store.root as store_root
     from fireledger.store.engine import engine_for_url, migration_files
 
     url = f"sqlite:///{tmp_path}/store.db" if kind == "sqlite" else pg_server.new_database()
     with monkeypatch.context() as m:
-        m.setattr(sql_store, "migration_files", lambda engine: [f for f in migration_files(engine) if f[0] < 11])
-        old = SqlStore(engine_for_url(url))
+        m.setattr(store_root, "migration_files", lambda engine: [f for f in migration_files(engine) if f[0] < 11])
+        old = Store(engine_for_url(url))
         old.migrate()
     prev = GENESIS_HASH
     for seq in (1, 2, 3):
@@ -156,15 +156,15 @@ def test_unkeyed_rows_of_an_upgraded_database_are_sealed_and_stay_checked(kind, 
         with pytest.raises(Exception, match="migration 0011 seals the 3 existing audit rows"):
             store.migrate(now_us=T0 + 10)
         assert not (tmp_path / "absent-kek.key").exists() and 11 not in store.applied_migrations()
-        assert [r.seq for r in store.audit_rows()] == [1, 2, 3] and store.audit_head()[0] == 3
+        assert [r.seq for r in store.trust.audit_rows()] == [1, 2, 3] and store.trust.audit_head()[0] == 3
         monkeypatch.setenv("FIRELEDGER_KEK", base64.b64encode(bytes(range(100, 132))).decode())
         assert 11 in store.migrate(now_us=T0 + 10)        # the upgrade seals the unkeyed rows
-        rows = store.audit_rows()
+        rows = store.trust.audit_rows()
         assert [r.action for r in rows] == ["tenant.create"] * 3 + ["audit.seal"]
         seal = rows[3].as_json()
         assert seal["new"] == {"sealed_rows": 3, "sealed_hash": rows[2].hash, "scheme": "hmac-sha256"}
         assert seal["prev_hash"] == rows[2].hash and seal["actor"] == "system:upgrade"
-        store.append_audit("tn_a", "pr_9", "principal.create", T0 + 20, None, {"id": "pr_9"})
+        store.trust.append_audit("tn_a", "pr_9", "principal.create", T0 + 20, None, {"id": "pr_9"})
         report = verify_chain(store)
         assert report.ok and report.sealed_rows == 3 and report.rows == 5, report.line()
         assert "rows 1–3 unkeyed" in report.line()
@@ -193,20 +193,20 @@ def test_the_append_only_triggers_are_kept_and_the_head_only_advances(store):
         with pytest.raises(Exception, match=r"append-only|only advances|appended at the head"), \
                 store.engine.write() as c:
             c.execute(sql)
-    assert [r.seq for r in store.audit_rows()] == [1, 2] and store.audit_head()[0] == 2
+    assert [r.seq for r in store.trust.audit_rows()] == [1, 2] and store.trust.audit_head()[0] == 2
     assert verify_chain(store).ok
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_cli_verify_export_and_anchor_on_both_engines(kind, tmp_path, request):
+    from fireledger.domain.trust_records import AUDIT_KEY_LABEL
     from fireledger.security.derived import derive_from
-    from fireledger.store.trust import AUDIT_KEY_LABEL
 
     kek = bytes(range(7, 39))
     env = {"FIRELEDGER_KEK": base64.b64encode(kek).decode()}
     url = f"sqlite:///{tmp_path}/fl.db" if kind == "sqlite" else request.getfixturevalue("pg_server").new_database()
-    store = SqlStore.open(url, migrate=True)
-    store.set_audit_key(derive_from(kek, AUDIT_KEY_LABEL))
+    store = Store.open(url, migrate=True)
+    store.trust.set_audit_key(derive_from(kek, AUDIT_KEY_LABEL))
     try:
         _fill(store, 3)
         ok = cli("audit", "verify", "--db", url, env=env)
@@ -265,7 +265,7 @@ def _stop(api: Api) -> None:
 
 
 def _denied(api: Api, actor: str) -> list[dict[str, Any]]:
-    return [r.as_json() for r in api.store.audit_rows(0, 100_000) if r.action == "denied" and r.actor == actor]
+    return [r.as_json() for r in api.store.trust.audit_rows(0, 100_000) if r.action == "denied" and r.actor == actor]
 
 
 def test_a_thousand_refusals_write_a_bounded_number_of_rows_counting_every_one(api):
@@ -273,7 +273,7 @@ def test_a_thousand_refusals_write_a_bounded_number_of_rows_counting_every_one(a
     made = admin.post("/v1/principals", json={"name": "reader", "roles": ["reader"]})
     assert made.status_code == 201, made.text
     reader_id, reader = made.json()["id"], type(admin)(api, made.json()["token"])
-    rows_before = api.store.audit_head()[0]
+    rows_before = api.store.trust.audit_head()[0]
     granted = None
     for i in range(1000):
         path = "/v1/triggers" if i % 2 else f"/v1/triggers/tr_{i}/pause"   # two routes, one missing role
@@ -290,9 +290,9 @@ def test_a_thousand_refusals_write_a_bounded_number_of_rows_counting_every_one(a
     [summary] = [r for r in rows if r["new"].get("summary")]
     assert summary["new"]["by_request"] == {"POST /v1/triggers": 500 - PER_WINDOW // 2,
                                             "POST /v1/triggers/{trigger_id}/pause": 500 - PER_WINDOW // 2}
-    assert api.store.audit_head()[0] - rows_before <= PER_WINDOW + 2   # + the grant
+    assert api.store.trust.audit_head()[0] - rows_before <= PER_WINDOW + 2   # + the grant
     assert granted is not None
-    [grant] = [r for r in api.store.audit_rows(rows_before, 1000, tenant_id) if r.action == "principal.create"]
+    [grant] = [r for r in api.store.trust.audit_rows(rows_before, 1000, tenant_id) if r.action == "principal.create"]
     assert json.loads(grant.new)["principal_id"] == granted.json()["id"]
     assert verify_chain(api.store).ok
 

@@ -14,14 +14,15 @@ import time
 import psycopg
 import pytest
 
-from fireledger.store import SqlStore, StoreError
+from fireledger.settings import SettingError, Settings
+from fireledger.store import Store, StoreError
 from fireledger.store.engine import DEFAULT_MAX_IDLE, PostgresEngine
 from storekit import T0, add_target, add_tenant, add_trigger
 
 THREADS = 50
 
 
-def open_count(store: SqlStore) -> int:
+def open_count(store: Store) -> int:
     """Connections open to the store's database: PostgreSQL's own view of its sessions
     (``pg_stat_activity``, this counting session excluded); on SQLite the engine's own count."""
     if store.engine_name == "sqlite":
@@ -66,36 +67,36 @@ def run_threads(n: int, work) -> None:
 
 def test_short_lived_threads_leave_a_bounded_number_of_connections_open(store):
     tenant = add_tenant(store)
-    assert store.get_tenant(tenant.id) is not None      # this thread holds one connection
+    assert store.registry.get_tenant(tenant.id) is not None      # this thread holds one connection
     before = open_count(store)
 
-    run_threads(THREADS, lambda: store.get_tenant(tenant.id))
+    run_threads(THREADS, lambda: store.registry.get_tenant(tenant.id))
 
     bound = before + DEFAULT_MAX_IDLE
     wait_for(lambda: open_count(store) <= bound, 10, f"at most {bound} open connections")
     # Another wave reuses the idle connections instead of opening new ones.
-    run_threads(DEFAULT_MAX_IDLE, lambda: store.get_tenant(tenant.id))
+    run_threads(DEFAULT_MAX_IDLE, lambda: store.registry.get_tenant(tenant.id))
     wait_for(lambda: open_count(store) <= bound, 10, f"still at most {bound} open connections")
-    assert store.get_tenant(tenant.id) is not None      # the long-lived thread still works
+    assert store.registry.get_tenant(tenant.id) is not None      # the long-lived thread still works
 
 
 def test_many_waves_of_worker_threads_do_not_accumulate_connections(store):
     """anyio's pattern: workers retire, their replacements come and go, wave after wave."""
     tenant = add_tenant(store)
-    store.get_tenant(tenant.id)
+    store.registry.get_tenant(tenant.id)
     before = open_count(store)
     for _ in range(5):
-        run_threads(10, lambda: store.get_tenant(tenant.id))
+        run_threads(10, lambda: store.registry.get_tenant(tenant.id))
     wait_for(lambda: open_count(store) <= before + DEFAULT_MAX_IDLE, 10, "a bounded number of connections")
 
 
 def test_a_postgres_connection_closed_under_a_thread_is_replaced(pg_url):
     """Every process reconnects by itself (invariant 16): a dead connection is not reused."""
-    store = SqlStore.open(pg_url)
+    store = Store.open(pg_url)
     try:
         tenant = add_tenant(store)
         store.engine.connection().close()
-        assert store.get_tenant(tenant.id) is not None
+        assert store.registry.get_tenant(tenant.id) is not None
     finally:
         store.close()
 
@@ -106,12 +107,12 @@ def test_a_postgres_connection_closed_under_a_thread_is_replaced(pg_url):
 @pytest.fixture
 def pg_url(pg_server):
     url = pg_server.new_database()
-    SqlStore.open(url, migrate=True).close()
+    Store.open(url, migrate=True).close()
     return url
 
 
 def test_a_postgres_connection_carries_the_statement_timeout(pg_url):
-    store = SqlStore.open(pg_url)
+    store = Store.open(pg_url)
     try:
         with store.engine.read() as c:
             assert c.execute("SHOW statement_timeout").fetchone()[0] == "30s"
@@ -122,7 +123,7 @@ def test_a_postgres_connection_carries_the_statement_timeout(pg_url):
 
 def test_a_statement_past_the_timeout_raises_a_clear_store_error(pg_url, monkeypatch):
     monkeypatch.setenv("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", "300")
-    store = SqlStore.open(pg_url)
+    store = Store.open(pg_url, settings=Settings.from_env())   # read once by the entry point (0106)
     try:
         started = time.monotonic()
         with pytest.raises(StoreError, match="statement_timeout") as info, store.engine.read() as c:
@@ -130,7 +131,7 @@ def test_a_statement_past_the_timeout_raises_a_clear_store_error(pg_url, monkeyp
         assert time.monotonic() - started < 10
         assert "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS" in str(info.value)
         tenant = add_tenant(store)                 # the connection is usable afterwards
-        assert store.get_tenant(tenant.id) is not None
+        assert store.registry.get_tenant(tenant.id) is not None
     finally:
         store.close()
 
@@ -139,7 +140,7 @@ def test_a_lock_held_elsewhere_does_not_hang_a_store_call(pg_url, monkeypatch):
     """A session holding a trigger's row lock (a hung process) makes a pause wait; past the
     statement timeout the pause fails with a StoreError instead of hanging, and changes nothing."""
     monkeypatch.setenv("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", "500")
-    store = SqlStore.open(pg_url)
+    store = Store.open(pg_url, settings=Settings.from_env())
     holder = psycopg.connect(pg_url)
     try:
         t = add_tenant(store)
@@ -149,7 +150,7 @@ def test_a_lock_held_elsewhere_does_not_hang_a_store_call(pg_url, monkeypatch):
 
         def pause() -> None:
             try:
-                outcome.append(store.pause_trigger(trig, T0 + 1))
+                outcome.append(store.registry.pause_trigger(trig, T0 + 1))
             except BaseException as exc:
                 outcome.append(exc)
 
@@ -164,7 +165,7 @@ def test_a_lock_held_elsewhere_does_not_hang_a_store_call(pg_url, monkeypatch):
         assert time.monotonic() - started < 15
         assert len(outcome) == 1 and isinstance(outcome[0], StoreError), outcome
         assert "statement_timeout" in str(outcome[0])
-        assert store.get_trigger(t.id, trig.id).state.value == "active"   # rolled back: nothing changed
+        assert store.registry.get_trigger(t.id, trig.id).state.value == "active"   # rolled back: nothing changed
     finally:
         holder.close()
         store.close()
@@ -173,6 +174,8 @@ def test_a_lock_held_elsewhere_does_not_hang_a_store_call(pg_url, monkeypatch):
 @pytest.mark.parametrize("name, value", [("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", "soon"),
                                          ("FIRELEDGER_PG_CONNECT_TIMEOUT_S", "0")])
 def test_a_bad_timeout_setting_is_refused_naming_it(name, value, monkeypatch):
+    """The store reads no environment: the settings object refuses the value, naming it, before any
+    store is opened (``Store.open(url, settings=...)`` takes the parsed values)."""
     monkeypatch.setenv(name, value)
-    with pytest.raises(StoreError, match=name):
-        PostgresEngine("postgresql://127.0.0.1:1/none")
+    with pytest.raises(SettingError, match=name):
+        Settings.from_env()

@@ -23,7 +23,7 @@ from fireledger.domain.model import DispatchJob, Fire, Policies
 from fireledger.security.envelope import PayloadUnreadable, cipher_for
 from fireledger.security.targets import admit
 from fireledger.security.tenancy import delete_tenant, purge
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from storekit import T0, add_target, add_tenant, add_trigger
 
 SENTINEL = b'{"shred-me":"SENTINEL-5b1e"}'
@@ -37,13 +37,13 @@ def _files(db: Path) -> bytes:
     return out
 
 
-def _sealed_tenant(db: Path) -> tuple[SqlStore, str, bytes, bytes]:
-    store = SqlStore.open(f"sqlite:///{db}")
+def _sealed_tenant(db: Path) -> tuple[Store, str, bytes, bytes]:
+    store = Store.open(f"sqlite:///{db}")
     a = add_tenant(store)
     tg = add_target(store, a)
     trig, _, _ = add_trigger(store, a, tg, {"every": "60s"}, payload=json.loads(SENTINEL))
     cipher_for(store).data_key(a.id, create=True)             # installed by the sealing above, or now
-    wrapped = store.tenant_wrapped_key(a.id)[1]
+    wrapped = store.trust.tenant_wrapped_key(a.id)[1]
     assert wrapped is not None
     with store.engine.read() as c:
         blob = bytes(c.execute("SELECT payload FROM trigger_versions WHERE trigger_id = ?", (trig.id,)).fetchone()[0])
@@ -53,7 +53,7 @@ def _sealed_tenant(db: Path) -> tuple[SqlStore, str, bytes, bytes]:
 
 
 def test_sqlite_connections_overwrite_deleted_content(tmp_path):
-    store = SqlStore.open(f"sqlite:///{tmp_path}/fl.db")
+    store = Store.open(f"sqlite:///{tmp_path}/fl.db")
     try:
         assert store.engine.connection().execute("PRAGMA secure_delete").fetchone()[0] == 1
     finally:
@@ -65,7 +65,7 @@ def test_a_deleted_tenants_wrapped_key_is_in_neither_the_database_file_nor_the_w
     store, tenant_id, wrapped, _ = _sealed_tenant(db)
     try:
         assert delete_tenant(store, tenant_id, "operator", T0 + 1) is not None
-        assert store.tenant_wrapped_key(tenant_id) == (False, None)
+        assert store.trust.tenant_wrapped_key(tenant_id) == (False, None)
         assert wrapped not in _files(db), "the destroyed data key is still readable in the SQLite files"
     finally:
         store.close()
@@ -85,11 +85,11 @@ def test_a_purged_tenants_ciphertext_is_in_neither_file(tmp_path):
 
 
 def test_a_payload_without_the_envelope_is_refused_not_passed_on(tmp_path):
-    store = SqlStore.open(f"sqlite:///{tmp_path}/fl.db")
+    store = Store.open(f"sqlite:///{tmp_path}/fl.db")
     try:
         a = add_tenant(store)
         tg = add_target(store, a)
-        stored = store.get_target(a.id, tg.id)
+        stored = store.registry.get_target(a.id, tg.id)
         c = cipher_for(store)
         with pytest.raises(PayloadUnreadable, match="not sealed") as err:
             c.open(a.id, "tr_1", 1, SENTINEL)

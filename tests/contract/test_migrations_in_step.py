@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from storekit import ENGINES, open_store
 
 #: A declared column type → its family. Widths are not compared (an engine's ``integer`` and
@@ -60,7 +60,7 @@ def family(engine: str, table: str, column: str, declared: str) -> str:
                              "know: add it (with its counterpart on the other engine)") from None
 
 
-def sqlite_schema(store: SqlStore) -> Schema:
+def sqlite_schema(store: Store) -> Schema:
     tables: dict[str, dict[str, str]] = {}
     keys: dict[str, tuple[str, ...]] = {}
     indexes: dict[str, tuple[str, tuple[str | None, ...]]] = {}
@@ -78,7 +78,7 @@ def sqlite_schema(store: SqlStore) -> Schema:
     return Schema(tables, keys, indexes)
 
 
-def postgres_schema(store: SqlStore) -> Schema:
+def postgres_schema(store: Store) -> Schema:
     tables: dict[str, dict[str, str]] = {}
     keys: dict[str, tuple[str, ...]] = {}
     indexes: dict[str, tuple[str, tuple[str | None, ...]]] = {}

@@ -55,7 +55,7 @@ def rows(store: Any, sql: str) -> list[tuple[Any, ...]]:
 def state(store: Any) -> dict[str, Any]:
     """Everything an act on a definition may write."""
     return {t: rows(store, f"SELECT * FROM {t}") for t in ("triggers", "trigger_versions", "due", "fires")} | {
-        "counter": store.definitions_counter(), "audit_head": store.audit_head()}
+        "counter": store.registry.definitions_counter(), "audit_head": store.trust.audit_head()}
 
 
 def clock_at(us: int) -> Interval:
@@ -81,11 +81,11 @@ def test_create_and_its_audit_row_are_one_transaction(store: Any) -> None:
     with pytest.raises(Exception, match=REFUSED):
         reg.create(t.id, "pr_alice", {**CREATE, "target_id": tg.id}, now_us=T0)
     assert state(store) == before            # no trigger, version or due row without its audit row
-    assert store.list_triggers(t.id) == []
+    assert store.registry.list_triggers(t.id) == []
     allow_audit(store)
     made = reg.create(t.id, "pr_alice", {**CREATE, "target_id": tg.id}, now_us=T0)
-    assert store.get_trigger(t.id, made.trigger.id) is not None
-    [row] = [r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]
+    assert store.registry.get_trigger(t.id, made.trigger.id) is not None
+    [row] = [r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]
     assert (row.actor, row.at_us, row.as_json()["prior"]) == ("pr_alice", T0, None)
     assert row.as_json()["new"] == {"trigger_id": made.trigger.id, "missed_fire_policy": "skip",
                                     "catchup_horizon": "2h", "overlap_policy": "allow", "outcome_window": "1h",
@@ -103,11 +103,11 @@ def test_create_many_and_its_audit_rows_are_one_transaction_per_batch(store: Any
     assert state(store) == before
     allow_audit(store)
     assert reg.create_many(t.id, "bench", defs, now_us=T0, audited={"missed_fire_policy"}, batch=2) == 5
-    assert len(store.list_triggers(t.id)) == 5 and len(store.due_rows(2**62, 100)) == 5
-    assert len([r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]) == 5
+    assert len(store.registry.list_triggers(t.id)) == 5 and len(store.timing.due_rows(2**62, 100)) == 5
+    assert len([r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]) == 5
     # Without audited fields the bulk path writes the same rows and no audit row.
     assert reg.create_many(t.id, "bench", defs[:2], now_us=T0) == 2
-    assert len([r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]) == 5
+    assert len([r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]) == 5
 
 
 def test_amend_of_a_policy_and_its_audit_row_are_one_transaction(store: Any) -> None:
@@ -122,7 +122,7 @@ def test_amend_of_a_policy_and_its_audit_row_are_one_transaction(store: Any) -> 
     done = reg.amend(t.id, "pr_bob", made.trigger.id, {"overlap_policy": "skip"}, now_us=T0 + S)
     assert (done.trigger.current_version, done.version.policies.overlap) == (2, OverlapPolicy.SKIP)
     assert done.trigger.next_us == made.trigger.next_us   # same schedule: the pending instant is kept
-    [row] = [r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]
+    [row] = [r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.policy"]
     assert row.actor == "pr_bob"
     assert row.as_json()["prior"]["overlap_policy"] == "allow"
     assert row.as_json()["new"]["overlap_policy"] == "skip" and row.as_json()["new"]["fields"] == ["overlap_policy"]
@@ -149,12 +149,12 @@ def test_run_and_its_audit_row_are_one_transaction(store: Any) -> None:
     allow_audit(store)
     fire = reg.run(t.id, "pr_alice", made.trigger.id, now=clock_at(T0 + H), decided_by="control:pr_alice")
     assert (fire.kind, fire.lane, fire.seq, fire.scheduled_us) == (FireKind.MANUAL, Lane.ON_TIME, 1, T0 + H - 2000)
-    [row] = [r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.run"]
+    [row] = [r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.run"]
     assert row.actor == "pr_alice" and row.as_json()["new"]["trigger_id"] == made.trigger.id
     # The same instant again: refused, and no second audit row.
     with pytest.raises(Conflict, match="already recorded"):
         reg.run(t.id, "pr_alice", made.trigger.id, now=clock_at(T0 + H), decided_by="control:pr_alice")
-    assert len([r for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.run"]) == 1
+    assert len([r for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.run"]) == 1
 
 
 def test_backfill_and_its_audit_row_are_one_transaction(store: Any) -> None:
@@ -171,7 +171,7 @@ def test_backfill_and_its_audit_row_are_one_transaction(store: Any) -> None:
     res = reg.backfill(found, T0 - H, T0 - H + 10 * 60 * S, now=clock_at(T0), actor="pr_alice", decided_by="x")
     assert (res.instants, res.created) == (10, 10)
     assert len(rows(store, "SELECT * FROM fires WHERE kind = 'backfill'")) == 10
-    assert [r.actor for r in store.audit_rows(tenant_id=t.id) if r.action == "trigger.backfill"] == ["pr_alice"]
+    assert [r.actor for r in store.trust.audit_rows(tenant_id=t.id) if r.action == "trigger.backfill"] == ["pr_alice"]
 
 
 # --- the other acts, and refusals that write nothing --------------------------------------------
@@ -182,7 +182,7 @@ def test_pause_resume_delete_change_state_with_no_audit_row(store: Any) -> None:
     made = reg.create(t.id, "pr_alice", {"name": "n", "schedule": {"every": "60s"}, "target_id": tg.id},
                       now_us=T0, explicit=())
     tid = made.trigger.id
-    audit_before = store.audit_head()
+    audit_before = store.trust.audit_head()
     refuse_audit(store)   # none of these acts appends to the audit (as before the service)
     paused = reg.pause(t.id, tid, now_us=T0 + S)
     assert paused.trigger.state == TriggerState.PAUSED and paused.trigger.next_us is None
@@ -195,7 +195,7 @@ def test_pause_resume_delete_change_state_with_no_audit_row(store: Any) -> None:
     reg.delete(t.id, tid, now_us=T0 + 7 * 60 * S)
     with pytest.raises(NotFound):
         reg.current(t.id, tid)
-    assert rows(store, "SELECT * FROM due") == [] and store.audit_head() == audit_before
+    assert rows(store, "SELECT * FROM due") == [] and store.trust.audit_head() == audit_before
 
 
 def test_refusals_name_the_field_and_write_nothing(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,11 +237,11 @@ def test_a_test_placed_trigger_keeps_its_partition_and_id(store: Any) -> None:
     d = definition({"every": "60s"}, tg.id, now_us=T0, payload=json.dumps({"k": 1}).encode())
     made = reg.create_checked(t.id, "test", d, now_us=T0, trigger_id="tr_fixed", partition=7)
     assert (made.trigger.id, made.trigger.partition) == ("tr_fixed", 7)
-    assert store.due_rows(2**62, 10)[0].partition == 7
+    assert store.timing.due_rows(2**62, 10)[0].partition == 7
     default = reg.create_checked(t.id, "test", d, now_us=T0)
     from fireledger.domain.partition import partition_of
 
-    assert default.trigger.partition == partition_of(default.trigger.id, store.partition_count())
+    assert default.trigger.partition == partition_of(default.trigger.id, store.timing.partition_count())
 
 
 # --- through the API (failed on the tree before the service: two transactions) ------------------

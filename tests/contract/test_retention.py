@@ -24,11 +24,11 @@ def test_old_terminal_fires_are_archived_then_purged_and_live_ones_stay(store, t
     recent = [now - DAY_US + i * 60_000_000 for i in range(3)]    # a day old
     live_old = T0 + 10 * 60_000_000
     fires = [fire(u, FireState.EXPIRED) for u in old + recent] + [fire(live_old, FireState.PENDING)]
-    store.apply_decisions([Decision(Advance(trig.id, first, 1, first, 1), tuple(fires))])
+    store.timing.apply_decisions([Decision(Advance(trig.id, first, 1, first, 1), tuple(fires))])
 
     done, live = run_once(store, FakeClock(now), 90, tmp_path / "archive")
     assert (done, live) == (5, 1)
-    left = {f.scheduled_us for f in store.list_fires(t.id, trig.id, None, 100)}
+    left = {f.scheduled_us for f in store.history.list_fires(t.id, trig.id, None, 100)}
     assert left == set(recent) | {live_old}
     [archive] = list((tmp_path / "archive").iterdir())
     with gzip.open(archive, "rt") as fh:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import time
 
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from storekit import T0, add_target, add_tenant, add_trigger
 
 
 def test_checkpointer_moves_wal_pages_into_the_database_and_stops_on_close(tmp_path):
-    store = SqlStore.open(f"sqlite:///{tmp_path}/s.db")
+    store = Store.open(f"sqlite:///{tmp_path}/s.db")
     conn = store.engine.connection()
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 0   # default: commits checkpoint
     store.engine.start_checkpointer(interval_s=0.05)
@@ -28,6 +28,6 @@ def test_checkpointer_moves_wal_pages_into_the_database_and_stops_on_close(tmp_p
     assert thread is not None and thread.is_alive()
     store.close()
     assert not thread.is_alive()
-    reopened = SqlStore.open(f"sqlite:///{tmp_path}/s.db")
-    assert len(reopened.list_triggers(t.id, limit=1000)) == 300   # every commit is there
+    reopened = Store.open(f"sqlite:///{tmp_path}/s.db")
+    assert len(reopened.registry.list_triggers(t.id, limit=1000)) == 300   # every commit is there
     reopened.close()

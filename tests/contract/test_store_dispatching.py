@@ -10,11 +10,11 @@ import pytest
 from fireledger.dispatch.lanes import DispatchConfig
 from fireledger.dispatch.runner import _Shaper
 from fireledger.dispatch.shaping import Capacity
+from fireledger.domain.dispatch_records import ClaimSnapshot, Settlement, ShapedDecision
 from fireledger.domain.keys import FireKey, new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Target
-from fireledger.security.envelope import cipher_for, open_secret
-from fireledger.store import Settlement
-from fireledger.store.dispatching import ClaimSnapshot, OutcomeRejected, ShapedDecision
+from fireledger.security.envelope import cipher_for, open_secret, sealed_target
+from fireledger.store import OutcomeRejected
 from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
@@ -41,8 +41,8 @@ def put_fires(store, trig, instants, lane=Lane.ON_TIME, kind=FireKind.SCHEDULED)
     fires = tuple(NewFire(trig.tenant_id, trig.id, us, 0, 1, kind, lane, FireState.PENDING, us, "2026f", "t")
                   for us in instants)
     # A CAS against a row that does not match leaves the fires out; use an Advance that matches.
-    row = store.get_trigger(trig.tenant_id, trig.id)
-    [o] = store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
+    row = store.registry.get_trigger(trig.tenant_id, trig.id)
+    [o] = store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
     assert len(o.inserted) == len(instants)
 
 
@@ -60,14 +60,14 @@ def test_candidates_are_oldest_first_per_trigger_and_round_robin_across_triggers
     put_fires(store, a2, [T0 + 10 * S + i * S for i in range(4)])
     put_fires(store, b1, [T0 + 20 * S + i * S for i in range(4)])
     rec = Recorder()
-    store.claim_shaped(T0 + 100 * S, "d", {"on-time": 100}, rec, MARGIN)
+    store.dispatch.claim_shaped(T0 + 100 * S, "d", {"on-time": 100}, rec, MARGIN)
     order = [(f.trigger_id, f.scheduled_us - T0) for f in rec.snapshot.candidates["on-time"]]
     assert order[:6] == [(a1.id, 0), (b1.id, 20 * S), (a2.id, 10 * S), (b1.id, 21 * S), (a1.id, S), (b1.id, 22 * S)]
     for trig in (a1, a2, b1):   # oldest first within each trigger
         mine = [us for t, us in order if t == trig.id]
         assert mine == sorted(mine) and len(mine) == 4
     # The window is the fair prefix: with 3 slots offered, every trigger is represented.
-    store.claim_shaped(T0 + 100 * S, "d", {"on-time": 3}, rec, MARGIN)
+    store.dispatch.claim_shaped(T0 + 100 * S, "d", {"on-time": 3}, rec, MARGIN)
     assert {f.trigger_id for f in rec.snapshot.candidates["on-time"]} == {a1.id, a2.id, b1.id}
     assert rec.snapshot.quotas[a.id] == (100.0, 100, 0.1)
 
@@ -77,16 +77,16 @@ def test_claim_leases_records_attempts_and_charges_buckets(store):
     trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     put_fires(store, trig, [T0 + i for i in range(3)])
     now = T0 + 10 * S
-    res = store.claim_shaped(now, "d1", {"on-time": 50}, shaper(), MARGIN)
+    res = store.dispatch.claim_shaped(now, "d1", {"on-time": 50}, shaper(), MARGIN)
     assert [c.admission for c in res.jobs] == ["on-time"] * 3
     job = res.jobs[0].job
     assert job.attempt == 1 and job.lease_owner == "d1" and job.lease_expires_us == now + 30 * S + MARGIN
-    f = store.get_fire(FireKey(t.id, trig.id, T0, 0))
+    f = store.history.get_fire(FireKey(t.id, trig.id, T0, 0))
     assert f.state == "dispatching" and f.attempts == 1 and f.dispatched_us == now
     assert [a.number for a in f.attempt_list] == [1]
     # Leased: not offered again, and counted in flight for the tenant.
     rec = Recorder()
-    assert store.claim_shaped(now + S, "d2", {"on-time": 50}, rec, MARGIN).jobs == []
+    assert store.dispatch.claim_shaped(now + S, "d2", {"on-time": 50}, rec, MARGIN).jobs == []
     assert rec.snapshot is None
     # The tenant's quota bucket was charged (3 attempts of a 100/s quota).
     with store.engine.read() as c:
@@ -95,24 +95,24 @@ def test_claim_leases_records_attempts_and_charges_buckets(store):
     assert tat == now + 3 * 10_000
     # An expired lease is offered again as a further attempt under the same key.
     later = now + 40 * S
-    res2 = store.claim_shaped(later, "d2", {"on-time": 50}, shaper(), MARGIN)
+    res2 = store.dispatch.claim_shaped(later, "d2", {"on-time": 50}, shaper(), MARGIN)
     assert sorted(c.job.attempt for c in res2.jobs) == [2, 2, 2]
 
 
 def test_in_flight_counts_every_process_and_limits_the_tenant(store):
     t = add_tenant(store)
-    assert store.set_tenant_quota(t.id, inflight=2) == (100.0, 100, 0.1)
+    assert store.dispatch.set_tenant_quota(t.id, inflight=2) == (100.0, 100, 0.1)
     trig, _, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     put_fires(store, trig, [T0 + i for i in range(5)])
     now = T0 + S
-    a = store.claim_shaped(now, "d1", {"on-time": 50}, shaper(), MARGIN)
+    a = store.dispatch.claim_shaped(now, "d1", {"on-time": 50}, shaper(), MARGIN)
     assert len(a.jobs) == 2
     rec = Recorder()
-    store.claim_shaped(now, "d2", {"on-time": 50}, rec, MARGIN)
+    store.dispatch.claim_shaped(now, "d2", {"on-time": 50}, rec, MARGIN)
     assert rec.snapshot.inflight == {t.id: 2} and rec.snapshot.quotas[t.id] == (100.0, 2, 0.1)
-    assert store.claim_shaped(now, "d2", {"on-time": 50}, shaper(), MARGIN).jobs == []
-    store.settle_dispatch([Settlement(a.jobs[0].job, "delivered", 200, None, "delivered", None, None)], now)
-    assert len(store.claim_shaped(now, "d2", {"on-time": 50}, shaper(), MARGIN).jobs) == 1
+    assert store.dispatch.claim_shaped(now, "d2", {"on-time": 50}, shaper(), MARGIN).jobs == []
+    store.dispatch.settle_dispatch([Settlement(a.jobs[0].job, "delivered", 200, None, "delivered", None, None)], now)
+    assert len(store.dispatch.claim_shaped(now, "d2", {"on-time": 50}, shaper(), MARGIN).jobs) == 1
 
 
 def test_backfill_and_catch_up_lanes_are_claimed_separately_and_paced(store):
@@ -121,13 +121,13 @@ def test_backfill_and_catch_up_lanes_are_claimed_separately_and_paced(store):
     put_fires(store, trig, [T0 + i * S for i in range(5)], Lane.BACKFILL, FireKind.BACKFILL)
     put_fires(store, trig, [T0 + 100 * S + i * S for i in range(5)], Lane.CATCH_UP, FireKind.CATCH_UP)
     now = T0 + 200 * S
-    assert store.claim_shaped(now, "d", {"on-time": 50}, shaper(), MARGIN).jobs == []
-    res = store.claim_shaped(now, "d", {"backfill": 50, "catch-up": 50}, shaper(), MARGIN)
+    assert store.dispatch.claim_shaped(now, "d", {"on-time": 50}, shaper(), MARGIN).jobs == []
+    res = store.dispatch.claim_shaped(now, "d", {"backfill": 50, "catch-up": 50}, shaper(), MARGIN)
     # 10 % of 100/s, no burst: one attempt per lane now, the oldest of each, and a wake time.
     got = sorted((c.admission, c.job.fire.scheduled_us - T0) for c in res.jobs)
     assert got == [("backfill", 0), ("catch-up", 100 * S)]
     assert res.wake_us == now + 100_000 and res.waiting == {"backfill": 4, "catch-up": 4}
-    res = store.claim_shaped(now + 100_000, "d", {"backfill": 50, "catch-up": 50}, shaper(), MARGIN)
+    res = store.dispatch.claim_shaped(now + 100_000, "d", {"backfill": 50, "catch-up": 50}, shaper(), MARGIN)
     assert len(res.jobs) == 2
 
 
@@ -137,7 +137,7 @@ def test_concurrent_claims_never_double_claim(store):
     for _ in range(4):
         trig, _, _ = add_trigger(store, t, tg, {"every": "60s"})
         put_fires(store, trig, [T0 + i for i in range(25)])
-    assert store.set_tenant_quota(t.id, fires_per_s=1e6, inflight=10_000)
+    assert store.dispatch.set_tenant_quota(t.id, fires_per_s=1e6, inflight=10_000)
     now = T0 + S
     got: dict[str, list] = {}
     barrier = threading.Barrier(4)
@@ -146,7 +146,7 @@ def test_concurrent_claims_never_double_claim(store):
         barrier.wait()
         jobs = []
         for _ in range(10):
-            jobs += store.claim_shaped(now, name, {"on-time": 7}, shaper(), MARGIN).jobs
+            jobs += store.dispatch.claim_shaped(now, name, {"on-time": 7}, shaper(), MARGIN).jobs
         got[name] = [(c.job.fire.trigger_id, c.job.fire.scheduled_us) for c in jobs]
 
     threads = [threading.Thread(target=claim, args=(f"d{i}",)) for i in range(4)]
@@ -161,7 +161,7 @@ def test_concurrent_claims_never_double_claim(store):
 def queue_target(store, tenant):
     tg = Target(new_id("tg"), tenant.id, "queue", None, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "verified", "",
                 T0)
-    store.create_target(tg)
+    store.registry.create_target(sealed_target(store, tg))
     return tg
 
 
@@ -169,8 +169,8 @@ def deliver_to_queue(store, t, n):
     tg = queue_target(store, t)
     trig, _, _ = add_trigger(store, t, tg, {"every": "60s"}, payload={"job": "x"})
     put_fires(store, trig, [T0 + i * S for i in range(n)])
-    res = store.claim_shaped(T0 + 100 * S, "d", {"on-time": 50}, shaper(), MARGIN)
-    oks = store.settle_dispatch([Settlement(c.job, "delivered", None, None, "delivered", None, None)
+    res = store.dispatch.claim_shaped(T0 + 100 * S, "d", {"on-time": 50}, shaper(), MARGIN)
+    oks = store.dispatch.settle_dispatch([Settlement(c.job, "delivered", None, None, "delivered", None, None)
                                  for c in res.jobs], T0 + 100 * S)
     assert oks == [True] * n
     return tg, trig
@@ -180,26 +180,26 @@ def test_queue_delivery_pull_visibility_and_ack(store):
     t = add_tenant(store)
     tg, trig = deliver_to_queue(store, t, 3)
     now = T0 + 200 * S
-    assert store.queue_stats(t.id, tg.id, now) == (3, 3, T0)
-    got = store.queue_pull(t.id, tg.id, now, 2, 30 * S)
+    assert store.dispatch.queue_stats(t.id, tg.id, now) == (3, 3, T0)
+    got = store.dispatch.queue_pull(t.id, tg.id, now, 2, 30 * S)
     assert [m.fire.scheduled_us for m in got] == [T0, T0 + S]
     m0 = got[0].fire   # the message carries the payload as stored (sealed); it opens to the job's payload
     assert cipher_for(store).open(m0.tenant_id, m0.trigger_id, m0.version, got[0].payload) == b'{"job": "x"}'
     assert got[0].receives == 1 and got[0].visible_until_us == now + 30 * S
-    assert [m.fire.scheduled_us for m in store.queue_pull(t.id, tg.id, now, 10, 30 * S)] == [T0 + 2 * S]
-    assert store.queue_pull(t.id, tg.id, now + S, 10, 30 * S) == []          # all hidden
-    assert store.queue_ack(t.id, tg.id, [got[0].key]) == [True]
-    assert store.queue_ack(t.id, tg.id, [got[0].key]) == [False]              # already acked
+    assert [m.fire.scheduled_us for m in store.dispatch.queue_pull(t.id, tg.id, now, 10, 30 * S)] == [T0 + 2 * S]
+    assert store.dispatch.queue_pull(t.id, tg.id, now + S, 10, 30 * S) == []          # all hidden
+    assert store.dispatch.queue_ack(t.id, tg.id, [got[0].key]) == [True]
+    assert store.dispatch.queue_ack(t.id, tg.id, [got[0].key]) == [False]              # already acked
     # Not acked within the visibility timeout: handed out again (at-least-once).
-    again = store.queue_pull(t.id, tg.id, now + 31 * S, 10, 30 * S)
+    again = store.dispatch.queue_pull(t.id, tg.id, now + 31 * S, 10, 30 * S)
     assert [(m.fire.scheduled_us, m.receives) for m in again] == [(T0 + S, 2), (T0 + 2 * S, 2)]
-    assert store.queue_stats(t.id, tg.id, now + 31 * S) == (2, 0, T0 + S)
+    assert store.dispatch.queue_stats(t.id, tg.id, now + 31 * S) == (2, 0, T0 + S)
     # Another tenant cannot pull or ack this queue.
     other = add_tenant(store, "other")
-    assert store.queue_pull(other.id, tg.id, now + 100 * S, 10, S) == []
-    assert store.queue_ack(other.id, tg.id, [again[0].key]) == [False]
+    assert store.dispatch.queue_pull(other.id, tg.id, now + 100 * S, 10, S) == []
+    assert store.dispatch.queue_ack(other.id, tg.id, [again[0].key]) == [False]
     # A settlement that lost its lease puts nothing on the queue.
-    f = store.get_fire(again[0].key)
+    f = store.history.get_fire(again[0].key)
     assert f.state == "delivered"
 
 
@@ -214,7 +214,7 @@ def test_queue_pulls_by_concurrent_consumers_do_not_overlap(store):
     def consume():
         barrier.wait()
         for _ in range(5):
-            ms = store.queue_pull(t.id, tg.id, now, 4, 60 * S)
+            ms = store.dispatch.queue_pull(t.id, tg.id, now, 4, 60 * S)
             with lock:
                 got.extend(m.key for m in ms)
 
@@ -232,45 +232,45 @@ def test_outcomes_are_recorded_once_with_a_replay_guard(store):
     trig, _, _ = add_trigger(store, t, tg, {"every": "60s"})
     put_fires(store, trig, [T0])
     key = FireKey(t.id, trig.id, T0, 0)
-    fire, target = store.outcome_context(key)
+    fire, target = store.dispatch.outcome_context(key)
     assert target.id == tg.id and open_secret(store, target) == tg.secret and fire.scheduled_us == T0
-    assert store.get_outcome(key) is None                        # unknown
+    assert store.dispatch.get_outcome(key) is None                        # unknown
     win = 300 * S
-    assert store.record_outcome(key, "succeeded", T0 + S, target_id=tg.id, msg_id="m1", replay_window_us=win)
-    assert store.get_outcome(key) == ("succeeded", T0 + S)
+    assert store.dispatch.record_outcome(key, "succeeded", T0 + S, target_id=tg.id, msg_id="m1", replay_window_us=win)
+    assert store.dispatch.get_outcome(key) == ("succeeded", T0 + S)
     with pytest.raises(OutcomeRejected) as exc:
-        store.record_outcome(key, "succeeded", T0 + 2 * S, target_id=tg.id, msg_id="m1", replay_window_us=win)
+        store.dispatch.record_outcome(key, "succeeded", T0 + 2 * S, target_id=tg.id, msg_id="m1", replay_window_us=win)
     assert exc.value.reason == "replayed"
-    assert store.record_outcome(key, "succeeded", T0 + 3 * S, target_id=tg.id, msg_id="m2",
+    assert store.dispatch.record_outcome(key, "succeeded", T0 + 3 * S, target_id=tg.id, msg_id="m2",
                                 replay_window_us=win) is False
     with pytest.raises(OutcomeRejected) as exc:
-        store.record_outcome(key, "failed", T0 + 4 * S, target_id=tg.id, msg_id="m3", replay_window_us=win)
+        store.dispatch.record_outcome(key, "failed", T0 + 4 * S, target_id=tg.id, msg_id="m3", replay_window_us=win)
     assert exc.value.reason == "conflict" and exc.value.recorded == "succeeded"
     # The refused conflict left no receipt: the same id may be used once the report is fixed.
-    assert store.record_outcome(key, "succeeded", T0 + 5 * S, target_id=tg.id, msg_id="m3",
+    assert store.dispatch.record_outcome(key, "succeeded", T0 + 5 * S, target_id=tg.id, msg_id="m3",
                                 replay_window_us=win) is False
-    assert store.get_outcome(key) == ("succeeded", T0 + S)
+    assert store.dispatch.get_outcome(key) == ("succeeded", T0 + S)
     # Receipts older than twice the window are purged.
-    store.record_outcome(FireKey(t.id, trig.id, T0, 0), "succeeded", T0 + 10 * win, target_id=tg.id,
+    store.dispatch.record_outcome(FireKey(t.id, trig.id, T0, 0), "succeeded", T0 + 10 * win, target_id=tg.id,
                          msg_id="m9", replay_window_us=win)
     with store.engine.read() as c:
         assert c.execute("SELECT COUNT(*) FROM callback_receipts").fetchone()[0] == 1
     other = add_tenant(store, "other")
-    assert store.outcome_context(FireKey(other.id, trig.id, T0, 0)) is None
+    assert store.dispatch.outcome_context(FireKey(other.id, trig.id, T0, 0)) is None
     with pytest.raises(ValueError):
-        store.record_outcome(key, "maybe", T0, target_id=tg.id, msg_id="x", replay_window_us=win)
+        store.dispatch.record_outcome(key, "maybe", T0, target_id=tg.id, msg_id="x", replay_window_us=win)
 
 
 def test_tenant_quota_read_and_change(store):
     t = add_tenant(store)
-    assert store.tenant_quota(t.id) == (100.0, 100, 0.1)
-    assert store.set_tenant_quota(t.id, fires_per_s=50, catchup_fraction=0.2) == (100.0, 100, 0.1)
-    assert store.tenant_quota(t.id) == (50.0, 100, 0.2)
+    assert store.dispatch.tenant_quota(t.id) == (100.0, 100, 0.1)
+    assert store.dispatch.set_tenant_quota(t.id, fires_per_s=50, catchup_fraction=0.2) == (100.0, 100, 0.1)
+    assert store.dispatch.tenant_quota(t.id) == (50.0, 100, 0.2)
     for bad in ({"fires_per_s": 0}, {"inflight": 0}, {"catchup_fraction": 0}, {"catchup_fraction": 1.5}):
         with pytest.raises(ValueError):
-            store.set_tenant_quota(t.id, **bad)
-    assert store.tenant_quota(t.id) == (50.0, 100, 0.2)
-    assert store.set_tenant_quota("tn_nope", inflight=3) is None
+            store.dispatch.set_tenant_quota(t.id, **bad)
+    assert store.dispatch.tenant_quota(t.id) == (50.0, 100, 0.2)
+    assert store.dispatch.set_tenant_quota("tn_nope", inflight=3) is None
 
 
 def test_paced_tenants_do_not_crowd_the_window_of_a_recovery_lane(store):
@@ -283,12 +283,12 @@ def test_paced_tenants_do_not_crowd_the_window_of_a_recovery_lane(store):
     put_fires(store, ta, [T0 + i * S for i in range(5)], Lane.CATCH_UP, FireKind.CATCH_UP)
     put_fires(store, tb, [T0 + 50 * S + i * S for i in range(5)], Lane.CATCH_UP, FireKind.CATCH_UP)
     now = T0 + 100 * S
-    [first] = store.claim_shaped(now, "d", {"catch-up": 1}, shaper(), MARGIN).jobs
+    [first] = store.dispatch.claim_shaped(now, "d", {"catch-up": 1}, shaper(), MARGIN).jobs
     assert first.job.fire.tenant_id == a.id                   # a's fire is the oldest at equal rank
     rec = Recorder()
-    store.claim_shaped(now, "d", {"catch-up": 1}, rec, MARGIN)
+    store.dispatch.claim_shaped(now, "d", {"catch-up": 1}, rec, MARGIN)
     assert [f.tenant_id for f in rec.snapshot.candidates["catch-up"]] == [b.id]   # a is paced: b first
-    store.claim_shaped(now + S, "d", {"catch-up": 1}, rec, MARGIN)
+    store.dispatch.claim_shaped(now + S, "d", {"catch-up": 1}, rec, MARGIN)
     assert [f.tenant_id for f in rec.snapshot.candidates["catch-up"]] == [a.id]   # both may go: fair order
 
 
@@ -297,16 +297,16 @@ def test_tenants_at_their_in_flight_quota_do_not_crowd_the_window(store):
     that can start something, however old its backlog: a small window still reaches the others."""
     stuck = add_tenant(store, "stuck")
     ok = add_tenant(store, "ok")
-    store.set_tenant_quota(stuck.id, inflight=1)
+    store.dispatch.set_tenant_quota(stuck.id, inflight=1)
     ts, _, _ = add_trigger(store, stuck, add_target(store, stuck), {"every": "60s"})
     to, _, _ = add_trigger(store, ok, add_target(store, ok), {"every": "60s"})
     put_fires(store, ts, [T0 + i * S for i in range(5)])
     put_fires(store, to, [T0 + 50 * S])
     now = T0 + 100 * S
-    [first] = store.claim_shaped(now, "d", {"on-time": 1}, shaper(), MARGIN).jobs
+    [first] = store.dispatch.claim_shaped(now, "d", {"on-time": 1}, shaper(), MARGIN).jobs
     assert first.job.fire.tenant_id == stuck.id              # the oldest goes first …
     rec = Recorder()
-    store.claim_shaped(now, "d", {"on-time": 1}, rec, MARGIN)
+    store.dispatch.claim_shaped(now, "d", {"on-time": 1}, rec, MARGIN)
     assert [f.tenant_id for f in rec.snapshot.candidates["on-time"]] == [ok.id]   # … then it is held
 
 
@@ -324,7 +324,7 @@ def test_successive_small_claims_lease_the_backlog_once_each_and_fairly(store):
     now = T0 + 100 * S
     leased = []
     for i in range(12):
-        res = store.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN)
+        res = store.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN)
         got = [(j.job.fire.tenant_id, j.job.fire.trigger_id, j.job.fire.scheduled_us) for j in res.jobs]
         assert len(got) == 5
         if i < 7:   # round-robin across tenants while both have fires left (b, half the fires, drains first)
@@ -334,7 +334,7 @@ def test_successive_small_claims_lease_the_backlog_once_each_and_fairly(store):
     for trig in trigs:
         mine = [us for _, tr, us in leased if tr == trig.id]
         assert mine == [T0 + k * S for k in range(20)]
-    assert store.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN).jobs == []
+    assert store.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN).jobs == []
 
 
 def test_a_fire_committed_between_claims_is_offered_at_the_next_claim(store):
@@ -344,10 +344,10 @@ def test_a_fire_committed_between_claims_is_offered_at_the_next_claim(store):
     trig = add_trigger(store, a, add_target(store, a), {"every": "60s"})[0]
     put_fires(store, trig, [T0 + k * S for k in range(50)])
     now = T0 + 100 * S
-    assert len(store.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN).jobs) == 5
+    assert len(store.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN).jobs) == 5
     late = add_trigger(store, a, add_target(store, a), {"every": "60s"})[0]
     put_fires(store, late, [T0])   # the oldest instant of all, committed after that claim
-    got = store.claim_shaped(now + 1, "d", {"on-time": 1}, shaper(), MARGIN)
+    got = store.dispatch.claim_shaped(now + 1, "d", {"on-time": 1}, shaper(), MARGIN)
     assert [(j.job.fire.trigger_id, j.job.fire.scheduled_us) for j in got.jobs] == [(late.id, T0)]
 
 
@@ -364,7 +364,7 @@ def test_with_more_tenants_than_a_claim_takes_every_tenant_is_reached_in_rotatio
     rec = Recorder()
     seen = []
     for _ in range(3):
-        store.claim_shaped(now, "d", {"on-time": 100}, rec, MARGIN)
+        store.dispatch.claim_shaped(now, "d", {"on-time": 100}, rec, MARGIN)
         offered = {f.tenant_id for f in rec.snapshot.candidates["on-time"]}
         assert len(offered) <= 3 and len(rec.snapshot.candidates["on-time"]) == 2 * len(offered)
         seen.append(offered)
@@ -380,16 +380,16 @@ def test_settling_a_batch_with_one_lost_lease_settles_the_others_and_refuses_tha
     trig, _, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     put_fires(store, trig, [T0 + k * S for k in range(3)])
     now = T0 + 100 * S
-    jobs = [j.job for j in store.claim_shaped(now, "d1", {"on-time": 10}, shaper(), MARGIN).jobs]
+    jobs = [j.job for j in store.dispatch.claim_shaped(now, "d1", {"on-time": 10}, shaper(), MARGIN).jobs]
     assert len(jobs) == 3
     # The leases lapse and another runner takes one fire (the oldest) as a further attempt.
     later = max(j.lease_expires_us for j in jobs) + 1
-    again = [j.job for j in store.claim_shaped(later, "d2", {"on-time": 1}, shaper(), MARGIN).jobs]
+    again = [j.job for j in store.dispatch.claim_shaped(later, "d2", {"on-time": 1}, shaper(), MARGIN).jobs]
     assert [j.fire.scheduled_us for j in again] == [T0]
     items = [Settlement(j, "delivered", 200, None, "delivered", None, None) for j in jobs]
-    assert store.settle_dispatch(items, later + 1) == [False, True, True]
-    states = {f.scheduled_us: f.state for f in store.list_fires(t.id, trig.id)}
+    assert store.dispatch.settle_dispatch(items, later + 1) == [False, True, True]
+    states = {f.scheduled_us: f.state for f in store.history.list_fires(t.id, trig.id)}
     assert states == {T0: "dispatching", T0 + S: "delivered", T0 + 2 * S: "delivered"}
     for j in jobs:   # every attempt row of the batch is finished, the stale one too
-        f = store.get_fire(FireKey(t.id, trig.id, j.fire.scheduled_us, 0))
+        f = store.history.get_fire(FireKey(t.id, trig.id, j.fire.scheduled_us, 0))
         assert f.attempt_list[j.attempt - 1].finished_us == later + 1

@@ -7,19 +7,19 @@ import json
 
 from e2e import cli
 from fireledger.control.tenants import create_tenant
+from fireledger.domain.trust_records import GENESIS_HASH
 from fireledger.security.auditlog import verify_chain
-from fireledger.store import SqlStore
-from fireledger.store.trust import GENESIS_HASH
+from fireledger.store import Store
 from storekit import T0
 
 
-def _fill(store: SqlStore, n: int = 5) -> None:
+def _fill(store: Store, n: int = 5) -> None:
     for i in range(1, n + 1):
-        store.append_audit("tn_a", f"pr_{i}", "trigger.policy", T0 + i, {"catchup_horizon": "1h"},
+        store.trust.append_audit("tn_a", f"pr_{i}", "trigger.policy", T0 + i, {"catchup_horizon": "1h"},
                            {"catchup_horizon": f"{i}h"})
 
 
-def _tamper(store: SqlStore, *statements: str) -> None:
+def _tamper(store: Store, *statements: str) -> None:
     """Run SQL as someone with full database rights: the append-only triggers are dropped first."""
     with store.engine.write() as c:
         if store.engine_name == "sqlite":
@@ -46,7 +46,7 @@ TAMPERING = {
 }
 
 
-def _reset(store: SqlStore) -> None:
+def _reset(store: Store) -> None:
     _tamper(store, "DELETE FROM audit", f"UPDATE audit_head SET seq = 0, hash = '{GENESIS_HASH}'")
 
 
@@ -63,7 +63,7 @@ def test_tampering_is_detected_and_the_row_named(store):
 
 def test_cli_verify_and_export(tmp_path):
     db = f"sqlite:///{tmp_path}/fl.db"
-    store = SqlStore.open(db)
+    store = Store.open(db)
     for name in ("acme", "globex"):
         create_tenant(store, name, T0)
     store.close()
@@ -76,7 +76,7 @@ def test_cli_verify_and_export(tmp_path):
     one = cli("audit", "export", "--db", db, "--tenant", lines[0]["tenant_id"]).stdout.splitlines()
     assert [json.loads(x)["seq"] for x in one] == [1]
 
-    store = SqlStore.open(db)
+    store = Store.open(db)
     try:
         _tamper(store, "UPDATE audit SET actor = 'someone else' WHERE seq = 2")
     finally:

@@ -53,7 +53,7 @@ def test_one_data_key_per_tenant_wrapped_by_the_kek(store):
     a = add_tenant(store)
     c = PayloadCipher(store, KEK)
     c.seal(a.id, "tr_1", 1, b"{}")
-    live, wrapped = store.tenant_wrapped_key(a.id)
+    live, wrapped = store.trust.tenant_wrapped_key(a.id)
     assert live and wrapped is not None and len(wrapped) == 4 + 8 + 12 + 32 + 16
     # Another process with the same KEK opens it; one with another KEK is told so, clearly.
     blob = c.seal(a.id, "tr_1", 1, SENTINEL)
@@ -67,7 +67,7 @@ def test_after_tenant_deletion_the_ciphertext_cannot_be_decrypted(store):
     c = cipher_for(store)
     c._kek = KEK
     blob = c.seal(a.id, "tr_1", 1, SENTINEL)
-    wrapped = store.tenant_wrapped_key(a.id)[1]
+    wrapped = store.trust.tenant_wrapped_key(a.id)[1]
     assert c.open(a.id, "tr_1", 1, blob) == SENTINEL        # cached key in this process
     assert delete_tenant(store, a.id, "operator", T0) is not None
     for cipher in (c, PayloadCipher(store, KEK)):           # this process, and a fresh one
@@ -75,7 +75,7 @@ def test_after_tenant_deletion_the_ciphertext_cannot_be_decrypted(store):
             cipher.open(a.id, "tr_1", 1, blob)
     # Not even with the KEK and a copy of the wrapped key taken before: the key row is gone, and a
     # restored copy would be the only way back — which is why deletion removes it in one transaction.
-    assert store.tenant_wrapped_key(a.id) == (False, None) and wrapped is not None
+    assert store.trust.tenant_wrapped_key(a.id) == (False, None) and wrapped is not None
 
 
 def test_attempt_runner_opens_the_job_payload(store):
@@ -83,7 +83,7 @@ def test_attempt_runner_opens_the_job_payload(store):
     c = cipher_for(store)
     c._kek = KEK
     tg = add_target(store, a)
-    tg = store.get_target(a.id, tg.id)                      # as stored: its secret sealed
+    tg = store.registry.get_target(a.id, tg.id)                      # as stored: its secret sealed
     assert tg is not None and tg.secret.startswith("flsec1.")
     fire = Fire(a.id, "tr_9", T0, 0, 3, "scheduled", "on-time", "dispatching", None, T0, "n", T0, None, "2026f",
                 1, None)

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from fireledger.clock import FakeClock
 from fireledger.control import create_app
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 
 def _fireledger() -> str:
@@ -38,7 +38,7 @@ def test_tenant_create_json_token_authenticates(tmp_path: Path) -> None:
     assert set(out) == {"tenant_id", "token"}
     assert out["tenant_id"].startswith("tn_") and out["token"].startswith("fl_") and len(out["token"]) > 40
 
-    store = SqlStore.open(url)
+    store = Store.open(url)
     try:
         # Only the hash is stored.
         conn = store.engine.connection()
@@ -91,5 +91,5 @@ def test_db_upgrade_reports_applied_versions(tmp_path: Path, engine: str) -> Non
     assert first.stdout.startswith("applied migrations 1")
     again = run("db", "upgrade", "--db", url)
     assert again.returncode == 0 and "nothing to apply" in again.stdout
-    store = SqlStore.open(url, migrate=False)  # the schema check passes
+    store = Store.open(url, migrate=False)  # the schema check passes
     store.close()

@@ -28,7 +28,7 @@ from fireledger.dispatch.runner import Dispatcher
 from fireledger.domain.keys import to_us
 from fireledger.domain.model import Policies, Tenant
 from fireledger.recurrence import parse_instant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_trigger
@@ -43,7 +43,7 @@ S = 1_000_000
 MINUTE = 60 * S
 
 
-def deliver_all(store: SqlStore, clock: FakeClock) -> int:
+def deliver_all(store: Store, clock: FakeClock) -> int:
     """Dispatch what is due at the fake clock's reading with a real Dispatcher: one claim round and
     the recording of its results (no retry is due: the clock does not move). Returns the deliveries."""
     async def main() -> int:
@@ -68,7 +68,7 @@ def ledger(tmp_path: Path, sink: SinkServer) -> dict[str, Any]:
     """A trigger every 5 minutes in Paris: one fire delivered on time, then a two-hour outage, so
     instants older than the 1 h horizon are expired, newer missed ones skipped, the current one fired."""
     db = f"sqlite:///{tmp_path}/console.db"
-    store = SqlStore.open(db)
+    store = Store.open(db)
     real_now = int(time.time()) * S
     start = real_now - 3 * 3600 * S - (real_now % (5 * MINUTE))
     clock = FakeClock(start)

@@ -10,7 +10,7 @@ import pytest
 
 from e2e import cli, new_tenant
 from fireledger.cli import main
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 
 def run(monkeypatch, capsys, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -33,10 +33,10 @@ def test_tenant_quota_show_change_and_audit(tmp_path):
                      "catchup_per_s": 10.0}
     out = cli("tenant", "quota", tenant_id, "--db", db, "--fires-per-s", "40", "--catchup-fraction", "0.05")
     assert "40 fires/s, 100 in flight" in out.stdout and "(2/s each)" in out.stdout and "audited" in out.stdout
-    store = SqlStore.open(db)
+    store = Store.open(db)
     try:
-        assert store.tenant_quota(tenant_id) == (40.0, 100, 0.05)
-        [row] = [r for r in store.audit_rows(tenant_id=tenant_id) if r.action == "tenant.quota"]
+        assert store.dispatch.tenant_quota(tenant_id) == (40.0, 100, 0.05)
+        [row] = [r for r in store.trust.audit_rows(tenant_id=tenant_id) if r.action == "tenant.quota"]
         assert json.loads(row.prior)["fires_per_s"] == 100.0 and json.loads(row.new)["catchup_fraction"] == 0.05
         assert row.actor == "operator"
     finally:
@@ -47,7 +47,7 @@ def test_tenant_quota_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, ca
     from fireledger.control.auth import create_tenant
 
     db = f"sqlite:///{tmp_path}/fl.db"
-    store = SqlStore.open(db)
+    store = Store.open(db)
     tenant_id, _ = create_tenant(store, "acme", 0)
     store.close()
     cases = ((["--fires-per-s", "0"], "--fires-per-s"), (["--inflight", "0"], "--inflight"),

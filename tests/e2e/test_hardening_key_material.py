@@ -244,7 +244,7 @@ def test_a_history_archive_is_written_readable_by_the_service_user_only(tmp_path
         trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
         fire = NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.EXPIRED, T0, "2026f",
                        "n", cause="expired: test")
-        store.apply_decisions([Decision(Advance(trig.id, first, 1, first, 1), (fire,))])
+        store.timing.apply_decisions([Decision(Advance(trig.id, first, 1, first, 1), (fire,))])
         archive_dir = tmp_path / "archives" / "history"
         assert run_once(store, FakeClock(T0 + 200 * DAY_US), 90, archive_dir)[0] == 1
     finally:

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from e2e import cli
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
-from fireledger.store import Settlement, SqlStore
+from fireledger.store import Store
 from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
@@ -26,7 +27,7 @@ WIDE = {"COLUMNS": "250"}   # Rich tables fold to the terminal width; a pipe has
 def ledger(tmp_path: Path) -> dict[str, Any]:
     """One minutely trigger with six fires: 2 expired, 1 skipped, 2 delivered (one 90 s late), 1 failed."""
     db = f"sqlite:///{tmp_path}/ops.db"
-    store = SqlStore.open(db)
+    store = Store.open(db)
     t = add_tenant(store)
     trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"}, payload={"s": SECRET},
                                  partition=11)
@@ -39,14 +40,14 @@ def ledger(tmp_path: Path) -> dict[str, Any]:
         lane = Lane.CATCH_UP if cause else Lane.ON_TIME
         f = NewFire(t.id, trig.id, first + i * M, 0, 1, FireKind.SCHEDULED, lane, state,
                     first + i * M + (60 * S if i == 4 else 2000), "2026f", "timing-x", cause=cause)
-        assert store.apply_decisions([Decision(Advance(trig.id, due, 1, due + M, 1), (f,))])[0].advanced
+        assert store.timing.apply_decisions([Decision(Advance(trig.id, due, 1, due + M, 1), (f,))])[0].advanced
         due += M
     outcomes = [("delivered", 200, "delivered", None, 3 * M + 100_000),
                 ("delivered", 200, "delivered", None, 4 * M + 90 * S),
                 ("failed", 404, "failed", "failed: HTTP 404 is final", 5 * M + 200_000)]
     for result, status, state, cause, at in outcomes:
-        (job,) = store.claim_dispatch("on-time", first + at, 1, "dispatch-y", 30 * S)
-        store.settle_attempts([Settlement(job, result, status, None, state, cause, None)], first + at + 50_000)
+        (job,) = store.dispatch.claim_dispatch("on-time", first + at, 1, "dispatch-y", 30 * S)
+        store.dispatch.settle_attempts([Settlement(job, result, status, None, state, cause, None)], first + at + 50_000)
     store.close()
     key = lambda i: str(FireKey(t.id, trig.id, first + i * M, 0))  # noqa: E731
     return {"db": db, "tenant": t.id, "trigger": trig.id, "first": first, "key": key, "tmp": tmp_path}
@@ -102,7 +103,7 @@ def test_triggers_fires_and_why_tell_what_happened(ledger: dict[str, Any], monke
 
 
 def test_status_reports_due_age_leases_nodes_and_lanes(ledger: dict[str, Any]) -> None:
-    store = SqlStore.open(ledger["db"])
+    store = Store.open(ledger["db"])
     # A trigger whose first instant passed ten minutes ago, with no timing plane running: it waits.
     t = add_tenant(store, "stalled")
     past = int(time.time()) * S - 10 * M
@@ -144,7 +145,7 @@ def test_history_export_then_purge_archives_before_deleting(ledger: dict[str, An
     assert [json.loads(x)["key"] for x in archived] == [e["key"] for e in exported]
     left = json.loads(run_main(monkeypatch, capsys, "fires", ledger["trigger"], "--db", db, "--json", out=True)[1])
     assert [f["state"] for f in left] == ["failed", "delivered"]
-    store = SqlStore.open(db)
+    store = Store.open(db)
     with store.engine.read() as c:
         assert c.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 2
     store.close()

@@ -42,15 +42,15 @@ def test_due_age_is_per_partition_and_lanes_leases_nodes_are_exported(api: Api) 
     tenant_id, s = api.tenant("acme")
     target = s.target()["id"]
     a = s.trigger(target, {"every": "60s"})
-    part_a = api.store.get_trigger(tenant_id, a["id"]).partition
+    part_a = api.store.registry.get_trigger(tenant_id, a["id"]).partition
     for _ in range(20):   # a second trigger in another partition (ids are random: 1/256 collide)
         b = s.trigger(target, {"every": "60s"})
-        if api.store.get_trigger(tenant_id, b["id"]).partition != part_a:
+        if api.store.registry.get_trigger(tenant_id, b["id"]).partition != part_a:
             break
         s.delete(f"/v1/triggers/{b['id']}")
-    parts = {t["id"]: api.store.get_trigger(tenant_id, t["id"]).partition for t in (a, b)}
+    parts = {t["id"]: api.store.registry.get_trigger(tenant_id, t["id"]).partition for t in (a, b)}
     assert parts[a["id"]] != parts[b["id"]]
-    first = api.store.get_trigger(tenant_id, a["id"]).next_us
+    first = api.store.registry.get_trigger(tenant_id, a["id"]).next_us
     text = api.http.get("/metrics").text
     assert samples(text, DUE_AGE) == {} and samples(text, DUE_AGE.replace("_seconds", "_max_seconds")) == {"": 0}
     assert samples(text, "fireledger_store_up") == {"": 1.0}
@@ -59,10 +59,10 @@ def test_due_age_is_per_partition_and_lanes_leases_nodes_are_exported(api: Api) 
     got = samples(api.http.get("/metrics").text, DUE_AGE)
     assert got == {f'{{partition="{parts[a["id"]]}"}}': 30.0, f'{{partition="{parts[b["id"]]}"}}': 30.0}
     # Decide a's instant (commit, no dispatch yet): a's partition now waits on the dispatch plane.
-    row = next(d for d in api.store.due_rows(2**62, 10) if d.trigger_id == a["id"])
+    row = next(d for d in api.store.timing.due_rows(2**62, 10) if d.trigger_id == a["id"])
     fire = NewFire(tenant_id, a["id"], row.next_us, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                    first + 20 * S, TZDATA_VERSION, "timing-1")
-    api.store.apply_decisions([Decision(Advance(a["id"], row.next_us, 1, row.next_us + 60 * S, 1), (fire,))])
+    api.store.timing.apply_decisions([Decision(Advance(a["id"], row.next_us, 1, row.next_us + 60 * S, 1), (fire,))])
     text = api.http.get("/metrics").text
     by_part = samples(text, DUE_AGE)
     assert by_part[f'{{partition="{parts[a["id"]]}"}}'] == 10.0     # waiting since its dispatch time

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from fireledger.clock import CrossCheckedClock, FakeClock, SystemClock, kernel_error_bound
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 
 def test_system_clock_declares_its_source_and_contains_now():
@@ -27,7 +27,7 @@ def test_fake_clock_moves_only_when_told():
 
 
 def test_postgres_cross_check_against_a_real_server(pg_server):
-    store = SqlStore.open(pg_server.new_database(), migrate=True)
+    store = Store.open(pg_server.new_database(), migrate=True)
     try:
         c = CrossCheckedClock(SystemClock(declared_eps_us=1_000), store.server_time_us)
         iv = c.now()

@@ -22,7 +22,7 @@ from fireledger.domain.keys import FireKey, from_us, new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Policies, Target
 from fireledger.receiver import Receiver, ReceiverError
 from fireledger.recurrence import format_instant
-from fireledger.security.envelope import cipher_for
+from fireledger.security.envelope import cipher_for, sealed_target
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_tenant, add_trigger, open_store, run_planes_until
@@ -59,8 +59,8 @@ def put_fires(store, trig, instants, lane: Lane, kind: FireKind) -> None:
     """Commit fires directly, as a backfill (another issue) will."""
     fires = tuple(NewFire(trig.tenant_id, trig.id, us, 0, 1, kind, lane, FireState.PENDING, us, "2026f", "t")
                   for us in instants)
-    row = store.get_trigger(trig.tenant_id, trig.id)
-    [o] = store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
+    row = store.registry.get_trigger(trig.tenant_id, trig.id)
+    [o] = store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
     assert len(o.inserted) == len(instants)
 
 
@@ -68,14 +68,14 @@ def test_queue_target_end_to_end(store):
     clock = SystemClock(declared_eps_us=2_000)
     t = add_tenant(store)
     q = Target(new_id("tg"), t.id, "queue", None, SECRET, "verified", "", clock.now().latest_us)
-    store.create_target(q)
+    store.registry.create_target(sealed_target(store, q))
     trig, _, _ = add_trigger(store, t, q, at_spec(clock), now_us=clock.now().latest_us, payload={"n": 7})
     d = Dispatcher(store, clock, "d1")
     timing = TimingLoop(store, clock, "t1", on_committed=lambda fires: d.wake())
-    run_until([d, timing], lambda: store.queue_stats(t.id, q.id, clock.now().latest_us)[0] == 1, 20)
-    [f] = store.list_fires(t.id, trig.id)
+    run_until([d, timing], lambda: store.dispatch.queue_stats(t.id, q.id, clock.now().latest_us)[0] == 1, 20)
+    [f] = store.history.list_fires(t.id, trig.id)
     assert f.state == "delivered" and f.lane == "on-time" and f.attempt_list[0].result == "delivered"
-    [m] = store.queue_pull(t.id, q.id, clock.now().latest_us, 10, 30 * S)
+    [m] = store.dispatch.queue_pull(t.id, q.id, clock.now().latest_us, 10, 30 * S)
     assert m.key == FireKey(t.id, trig.id, f.scheduled_us, 0)
     assert json.loads(cipher_for(store).open(t.id, trig.id, f.version, m.payload)) == {"n": 7}   # stored sealed
 
@@ -118,7 +118,7 @@ def test_internal_targets_outcomes(sqlite_store):
     triggers = {}
     for name in ("ok", "async.ok", "refuse", "flaky", "slow", "private", "missing"):
         tg = Target(new_id("tg"), t.id, "internal", f"internal:{name}", SECRET, "verified", "", now)
-        store.create_target(tg)
+        store.registry.create_target(sealed_target(store, tg))
         pol = Policies(timeout_s=1.0, max_attempts=2)
         triggers[name], _, _ = add_trigger(store, t, tg, at_spec(clock), now_us=now, payload={"p": name},
                                            policies=pol)
@@ -126,7 +126,7 @@ def test_internal_targets_outcomes(sqlite_store):
     timing = TimingLoop(store, clock, "t1", on_committed=lambda fires: d.wake())
 
     def state(name):
-        fs = store.list_fires(t.id, triggers[name].id)
+        fs = store.history.list_fires(t.id, triggers[name].id)
         return fs[0] if fs else None
 
     def settled():
@@ -163,7 +163,7 @@ def test_retries_stay_in_their_lane_and_backfill_is_delivered(store, sink):
     now = clock.now().latest_us
     put_fires(store, trig, [now - 120 * S, now - 100 * S], Lane.CATCH_UP, FireKind.CATCH_UP)
     put_fires(store, trig, [now - 7200 * S], Lane.BACKFILL, FireKind.BACKFILL)
-    done = lambda: all(f.state == "delivered" for f in store.list_fires(t.id, trig.id))  # noqa: E731
+    done = lambda: all(f.state == "delivered" for f in store.history.list_fires(t.id, trig.id))  # noqa: E731
 
     async def steps() -> Dispatcher:
         # Step the runner a second of fake time at a time: recovery lanes are paced and retries wait.
@@ -177,17 +177,17 @@ def test_retries_stay_in_their_lane_and_backfill_is_delivered(store, sink):
         return d
 
     d = asyncio.run(steps())
-    assert done(), [(f.lane, f.state) for f in store.list_fires(t.id, trig.id)]
+    assert done(), [(f.lane, f.state) for f in store.history.list_fires(t.id, trig.id)]
     recs = sink.records()
     by_key: dict[str, list[dict]] = {}
     for r in recs:
         by_key.setdefault(r["fire_key"], []).append(r)
     assert len(by_key) == 3
     for key, rs in by_key.items():
-        f = store.get_fire(FireKey.parse(key))
+        f = store.history.get_fire(FireKey.parse(key))
         assert [r["attempt"] for r in rs] == [1, 2] and {r["lane"] for r in rs} == {f.lane}
         assert {r["kind"] for r in rs} == {f.kind}
-    assert {f.lane for f in store.list_fires(t.id, trig.id)} == {"catch-up", "backfill"}
+    assert {f.lane for f in store.history.list_fires(t.id, trig.id)} == {"catch-up", "backfill"}
     # Six attempts in all, each charged to the tenant's quota and paced in its recovery lane.
     assert d.admitted["catch-up"] == 4 and d.admitted["backfill"] == 2
 

@@ -47,7 +47,7 @@ def test_300_fires_due_at_once_reach_a_backlog_of_5_receiver_none_unknown(store)
     finally:
         rx.stop()
     assert delivered == N
-    fires = [f for trig in triggers for f in store.list_fires(t.id, trig.id)]
+    fires = [f for trig in triggers for f in store.history.list_fires(t.id, trig.id)]
     assert sorted({f.state for f in fires}) == ["delivered"]
     results = [a.result for f in fires for a in f.attempt_list]
     assert "unknown" not in results, results

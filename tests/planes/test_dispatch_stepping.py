@@ -17,7 +17,7 @@ from fireledger.clock import FakeClock
 from fireledger.dispatch.runner import Dispatcher
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Policies
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_tenant, add_trigger, open_store
@@ -46,7 +46,7 @@ def _origin() -> int:
     return int(time.time()) * S
 
 
-def _scenario(store: SqlStore, sink: SinkServer, start: int) -> dict[str, Any]:
+def _scenario(store: Store, sink: SinkServer, start: int) -> dict[str, Any]:
     """Four hourly triggers (one fire each in the first tick): one delivered at once, one answered 500
     then 200, one final 404, one answered 503 with ``Retry-After: 30`` twice (attempts run out)."""
     t = add_tenant(store, now_us=start)
@@ -61,8 +61,8 @@ def _scenario(store: SqlStore, sink: SinkServer, start: int) -> dict[str, Any]:
     return out
 
 
-def _fire(store: SqlStore, sc: dict[str, Any], name: str):
-    [f] = store.list_fires(sc["tenant"].id, sc[name].id)
+def _fire(store: Store, sc: dict[str, Any], name: str):
+    [f] = store.history.list_fires(sc["tenant"].id, sc[name].id)
     return f
 
 
@@ -89,7 +89,7 @@ def test_a_due_fire_is_delivered_by_one_claim_and_flush(store, sink) -> None:
     [r] = sink.records()                                  # already there: flush() waited for the attempt
     assert r["signature_ok"], r["signature_error"]
     assert r["fire_key"] == str(FireKey(t.id, trig.id, first, 0)) and r["attempt"] == 1
-    [f] = store.list_fires(t.id, trig.id)
+    [f] = store.history.list_fires(t.id, trig.id)
     assert f.state == "delivered" and f.attempts == 1 and f.next_attempt_us is None
     [a] = f.attempt_list
     assert a.result == "delivered" and a.http_status == 200 and a.started_us == a.finished_us == first + S // 10
@@ -143,7 +143,7 @@ def test_retries_become_claimable_only_when_the_clock_passes_their_instant(store
         assert [a for _, a in sent] == list(range(1, n + 1)) and len({k for k, _ in sent}) == 1  # one key
 
 
-def _ledger(store: SqlStore, sc: dict[str, Any]) -> dict[str, Any]:
+def _ledger(store: Store, sc: dict[str, Any]) -> dict[str, Any]:
     """The fires of a scenario without the ids that differ between two stores."""
     return {name: replace(_fire(store, sc, name), tenant_id="", trigger_id="")
             for name in ("ok", "flaky", "gone", "busy")}
@@ -177,7 +177,7 @@ async def _step_through_retries(d: Dispatcher, clock: FakeClock, later_us: int) 
         await d.flush()
 
 
-def _drive(store: SqlStore, sink: SinkServer, start: int, stepping: bool) -> tuple[Any, ...]:
+def _drive(store: Store, sink: SinkServer, start: int, stepping: bool) -> tuple[Any, ...]:
     """The scenario on ``store``, dispatched by stepping or by ``run()``: its ledger, the dispatcher's
     count of deliveries, and what the sink received for it."""
     clock = FakeClock(start)

@@ -68,9 +68,9 @@ def test_interval_cron_and_one_shot_are_delivered_signed_and_never_early(store, 
         from_us(at_us))
     # History shows each delivered fire with its attempt.
     for r in recs:
-        f = store.get_fire(FireKey.parse(r["fire_key"]))
+        f = store.history.get_fire(FireKey.parse(r["fire_key"]))
         assert f is not None and f.attempts >= 1
-    delivered = [f for f in store.list_fires(t.id, interval.id, None, 100) if f.state == "delivered"]
+    delivered = [f for f in store.history.list_fires(t.id, interval.id, None, 100) if f.state == "delivered"]
     assert delivered and all(f.attempt_list[0].http_status == 200 for f in delivered)
 
 
@@ -90,14 +90,14 @@ def test_failures_retry_under_the_same_key_and_final_4xx_is_failed(store, sink):
     timing = TimingLoop(store, clock, "t1", on_committed=lambda fires: dispatcher.wake())
 
     def settled():
-        a = store.list_fires(t.id, tr_flaky.id)
-        b = store.list_fires(t.id, tr_gone.id)
+        a = store.history.list_fires(t.id, tr_flaky.id)
+        b = store.history.list_fires(t.id, tr_gone.id)
         return a and b and a[0].state == "delivered" and b[0].state == "failed"
 
     asyncio.run(_run_until([dispatcher, timing], settled, 20))
-    [fa] = store.list_fires(t.id, tr_flaky.id)
+    [fa] = store.history.list_fires(t.id, tr_flaky.id)
     assert [a.result for a in fa.attempt_list] == ["retry", "delivered"]
     keys = [r["fire_key"] for r in sink.records() if r["trigger_id"] == tr_flaky.id]
     assert len(keys) == 2 and len(set(keys)) == 1              # the same key on every attempt
-    [fb] = store.list_fires(t.id, tr_gone.id)
+    [fb] = store.history.list_fires(t.id, tr_gone.id)
     assert fb.cause == "failed: HTTP 404 is final" and fb.attempts == 1

@@ -35,14 +35,14 @@ def db_url(store) -> str:
 
 def test_a_fire_records_the_clock_bound_it_was_decided_under(store):
     tenant_id, token = create_tenant(store, "evidence", T0)
-    tenant = store.get_tenant(tenant_id)
+    tenant = store.registry.get_tenant(tenant_id)
     trig, _, first = add_trigger(store, tenant, add_target(store, tenant), {"every": "60s"})
     clock = FakeClock(first + EPS_US, eps_us=EPS_US, source="declared")
     res = TimingLoop(store, clock, "node-a").tick()
     assert [f.scheduled_us for f in res.inserted] == [first]
     key = FireKey(tenant_id, trig.id, first, 0)
 
-    stored = store.get_fire(key)
+    stored = store.history.get_fire(key)
     assert (stored.eps_us, stored.eps_source) == (EPS_US, "declared")
 
     # The history API and the single-fire view, and their schema.
@@ -83,13 +83,13 @@ def test_a_fire_decided_under_a_postgres_cross_checked_clock_records_that_source
     try:
         real = time.time_ns() // 1000
         tenant_id, _ = create_tenant(store, "evidence", real)
-        tenant = store.get_tenant(tenant_id)
+        tenant = store.registry.get_tenant(tenant_id)
         add_trigger(store, tenant, add_target(store, tenant, now_us=real), {"every": "10s"}, now_us=real - 15_000 * MS)
         clock = CrossCheckedClock(FakeClock(real, eps_us=5 * MS, source="declared"), store.server_time_us)
         res = TimingLoop(store, clock, "node-pg").tick()
         assert res.shed is None and res.inserted
         for f in res.inserted:
-            stored = store.get_fire(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
+            stored = store.history.get_fire(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
             assert stored.eps_source == "declared+postgres"
             assert stored.eps_us == res.eps_us >= 5 * MS     # the bound of the reading it was decided under
     finally:
@@ -121,10 +121,10 @@ def test_status_shows_the_node_of_an_embedded_serve(tmp_path):
 
 
 def _heartbeat_us(db: str, node_id: str) -> int:
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
 
-    store = SqlStore.open(db)
+    store = Store.open(db)
     try:
-        return next(n.heartbeat_us for n in store.node_rows() if n.id == node_id)
+        return next(n.heartbeat_us for n in store.history.node_rows() if n.id == node_id)
     finally:
         store.close()

@@ -41,7 +41,7 @@ def corrupt(store, trigger_id: str, schedule_json: str) -> None:
 
 def world(store):
     tenant_id, token = create_tenant(store, "isolation", T0)
-    tenant = store.get_tenant(tenant_id)
+    tenant = store.registry.get_tenant(tenant_id)
     target = add_target(store, tenant)
     healthy = [add_trigger(store, tenant, target, {"every": "60s"})[0] for _ in range(HEALTHY)]
     bad = {}
@@ -66,15 +66,15 @@ def test_a_trigger_that_no_longer_compiles_is_failed_and_paused_and_the_rest_fir
     assert sorted(f.trigger_id for f in handed) == sorted(t.id for t in healthy)
     assert {f.trigger_id for f in res.failed} == {t.id for t in bad.values()}
     for kind, trig in bad.items():
-        fire = store.get_fire(FireKey(tenant.id, trig.id, first, 0))
+        fire = store.history.get_fire(FireKey(tenant.id, trig.id, first, 0))
         assert fire is not None and fire.state == "failed", fire
         assert fire.cause.startswith("schedule no longer compiles: "), fire.cause
         assert kind in fire.cause                       # names the field that broke
         assert fire.eps_us == 5 * MS and fire.eps_source == clock.source
-        t = store.get_trigger(tenant.id, trig.id)
+        t = store.registry.get_trigger(tenant.id, trig.id)
         assert t.state == TriggerState.PAUSED and t.next_us is None
         assert t.pause_reason is not None and fire.cause in t.pause_reason
-    assert {r.trigger_id for r in store.due_index()} == {t.id for t in healthy}
+    assert {r.trigger_id for r in store.timing.due_index()} == {t.id for t in healthy}
 
     # The next cycle does not retry the bad ones; the healthy ones keep firing.
     clock.advance(60 * S)
@@ -82,7 +82,7 @@ def test_a_trigger_that_no_longer_compiles_is_failed_and_paused_and_the_rest_fir
     assert sorted(f.trigger_id for f in res2.inserted) == sorted(t.id for t in healthy)
     assert res2.failed == []
     for trig in bad.values():
-        assert [f.state for f in store.list_fires(tenant.id, trig.id)] == ["failed"]
+        assert [f.state for f in store.history.list_fires(tenant.id, trig.id)] == ["failed"]
 
 
 def test_the_pause_reason_is_in_the_api_and_a_new_schedule_brings_the_trigger_back(store):

@@ -25,10 +25,10 @@ from fireledger.dispatch.http import HttpResult, parse_retry_after
 from fireledger.dispatch.lanes import DispatchConfig
 from fireledger.dispatch.runner import Dispatcher, _Shaper, settle
 from fireledger.dispatch.shaping import Capacity
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import from_us
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Policies
 from fireledger.recurrence import format_instant
-from fireledger.store import Settlement
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import T0, PlanesThread, add_target, add_tenant, add_trigger, open_store
@@ -69,7 +69,7 @@ def _job(store: Any, tenant_name: str, schedule: dict[str, Any], policies: Polic
     trig, _, first = add_trigger(store, t, add_target(store, t), schedule, policies=policies)
     assert first is not None
     _put(store, trig, [first])
-    res = store.claim_shaped(first + S, "d", {"on-time": 10}, _shaper(), 5 * S)
+    res = store.dispatch.claim_shaped(first + S, "d", {"on-time": 10}, _shaper(), 5 * S)
     [claimed] = [c for c in res.jobs if c.job.fire.trigger_id == trig.id]
     return claimed.job
 
@@ -81,8 +81,8 @@ def _shaper() -> _Shaper:
 def _put(store: Any, trig: Any, instants: list[int]) -> None:
     fires = tuple(NewFire(trig.tenant_id, trig.id, us, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING,
                           us, "2026f", "t") for us in instants)
-    row = store.get_trigger(trig.tenant_id, trig.id)
-    [o] = store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
+    row = store.registry.get_trigger(trig.tenant_id, trig.id)
+    [o] = store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), fires)])
     assert len(o.inserted) == len(instants)
 
 
@@ -106,7 +106,7 @@ def test_a_batch_with_an_unrecordable_item_records_the_others(store) -> None:
     t = add_tenant(store, "a")
     trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     _put(store, trig, [T0 + i * S for i in range(3)])
-    res = store.claim_shaped(T0 + 10 * S, "d", {"on-time": 10}, _shaper(), 5 * S)
+    res = store.dispatch.claim_shaped(T0 + 10 * S, "d", {"on-time": 10}, _shaper(), 5 * S)
     jobs = sorted((c.job for c in res.jobs), key=lambda j: j.fire.scheduled_us)
     assert len(jobs) == 3
     now = T0 + 11 * S
@@ -117,9 +117,9 @@ def test_a_batch_with_an_unrecordable_item_records_the_others(store) -> None:
         Settlement(jobs[1], "delivered", 10**20, None, "delivered", None, None),
         Settlement(jobs[2], "delivered", 204, None, "delivered", None, None),
     ]
-    oks = store.settle_dispatch(batch, now)
+    oks = store.dispatch.settle_dispatch(batch, now)
     assert oks == [True, False, True]
-    got = {f.scheduled_us: f for f in store.list_fires(t.id, trig.id)}
+    got = {f.scheduled_us: f for f in store.history.list_fires(t.id, trig.id)}
     a, b, c = (got[j.fire.scheduled_us] for j in jobs)
     assert a.state == "pending" and a.next_attempt_us is not None and a.next_attempt_us <= LATEST_US
     assert b.state == "failed" and b.cause is not None
@@ -127,9 +127,10 @@ def test_a_batch_with_an_unrecordable_item_records_the_others(store) -> None:
     assert b.attempt_list[0].finished_us == now and b.attempt_list[0].http_status is None
     assert c.state == "delivered" and c.attempt_list[0].http_status == 204
     # The next batch is recorded as usual (nothing was left behind to poison it).
-    res = store.claim_shaped(LATEST_US, "d", {"on-time": 10}, _shaper(), 5 * S)
+    res = store.dispatch.claim_shaped(LATEST_US, "d", {"on-time": 10}, _shaper(), 5 * S)
     assert [j.job.fire.scheduled_us for j in res.jobs] == [jobs[0].fire.scheduled_us]
-    assert store.settle_dispatch([Settlement(res.jobs[0].job, "delivered", 200, None, "delivered", None, None)],
+    assert store.dispatch.settle_dispatch([Settlement(res.jobs[0].job, "delivered", 200, None, "delivered", None,
+                                                      None)],
                                  LATEST_US) == [True]
 
 
@@ -162,7 +163,7 @@ def test_a_poisoned_retry_after_does_not_stall_another_tenants_fires(store) -> N
         planes = PlanesThread([d, timing]).start()
 
         def poisoned_recorded() -> bool:
-            fs = store.list_fires(a.id, one_shot.id)
+            fs = store.history.list_fires(a.id, one_shot.id)
             return bool(fs) and bool(fs[0].attempt_list) and fs[0].attempt_list[0].finished_us is not None
 
         try:
@@ -172,7 +173,7 @@ def test_a_poisoned_retry_after_does_not_stall_another_tenants_fires(store) -> N
             wait_until(poisoned_recorded, 10, "the 503 with an absurd Retry-After to be recorded")
 
             def delivered_since() -> bool:
-                return all(sum(1 for f in store.list_fires(b.id, t.id)
+                return all(sum(1 for f in store.history.list_fires(b.id, t.id)
                                if f.state == "delivered" and f.scheduled_us > poisoned_at) >= 3 for t in mine)
 
             wait_until(delivered_since, 20, "the other tenant's fires delivered and recorded after the 503")
@@ -180,11 +181,11 @@ def test_a_poisoned_retry_after_does_not_stall_another_tenants_fires(store) -> N
             stopped = planes.stop(15)
         assert stopped, "the dispatcher did not return within 15 s of stop()"
         assert planes.error is None, planes.error
-        [f] = store.list_fires(a.id, one_shot.id)
+        [f] = store.history.list_fires(a.id, one_shot.id)
         assert f.state == "pending" and f.attempt_list[0].http_status == 503
         assert f.next_attempt_us is not None and f.next_attempt_us <= poisoned_at + int((ONE_HOUR_S + 30) * S)
         later = clock.now().latest_us
-        stuck = [g for t in mine for g in store.list_fires(b.id, t.id)
+        stuck = [g for t in mine for g in store.history.list_fires(b.id, t.id)
                  if g.state == "dispatching" and g.next_attempt_us is not None and g.next_attempt_us < later]
         assert stuck == []
     finally:
@@ -349,11 +350,11 @@ def test_a_huge_catch_up_does_not_hold_the_timing_plane_for_another_tenant(store
     clock = FakeClock(now, eps_us=1_000)
     loop = TimingLoop(store, clock, "t1")
     loop.tick()
-    assert [f.scheduled_us for f in store.list_fires(b.id, calm.id)] == [first]   # decided on the first tick
+    assert [f.scheduled_us for f in store.history.list_fires(b.id, calm.id)] == [first]   # decided on the first tick
     n, _, _ = _fire_counts(store, flood.id)
     assert 0 < n <= 2 * ENUMERATION_CAP + 1, n           # one bounded slice, not the whole day
     ticks = 1
-    while any(r.trigger_id == flood.id for r in store.due_rows(clock.now().earliest_us, 10)):
+    while any(r.trigger_id == flood.id for r in store.timing.due_rows(clock.now().earliest_us, 10)):
         assert ticks < 200, "the catch-up never finished"
         loop.tick()
         ticks += 1

@@ -41,42 +41,42 @@ def _one_fire(store, policies: Policies):
     t = add_tenant(store, "a")
     trig, _, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"}, policies=policies)
     fire = NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING, T0, "2026f", "t")
-    row = store.get_trigger(t.id, trig.id)
-    [o] = store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), (fire,))])
+    row = store.registry.get_trigger(t.id, trig.id)
+    [o] = store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), (fire,))])
     assert len(o.inserted) == 1
     return t, trig
 
 
 def test_a_lapsed_lease_with_no_attempt_left_is_settled_unknown_at_claim(store) -> None:
     t, trig = _one_fire(store, Policies(timeout_s=1.0, max_attempts=1))
-    first = store.claim_shaped(T0 + S, "runner-that-dies", {"on-time": 10}, _shaper(), MARGIN)
+    first = store.dispatch.claim_shaped(T0 + S, "runner-that-dies", {"on-time": 10}, _shaper(), MARGIN)
     assert [c.job.attempt for c in first.jobs] == [1]
     lapsed_at = first.jobs[0].job.lease_expires_us + S
-    again = store.claim_shaped(lapsed_at, "runner-2", {"on-time": 10}, _shaper(), MARGIN)
+    again = store.dispatch.claim_shaped(lapsed_at, "runner-2", {"on-time": 10}, _shaper(), MARGIN)
     assert again.jobs == [], "a fire with no attempt left was leased again"
-    [f] = store.list_fires(t.id, trig.id)
+    [f] = store.history.list_fires(t.id, trig.id)
     assert f.state == "unknown" and f.attempts == 1 and f.finished_us == lapsed_at
     assert f.cause is not None and "lapsed" in f.cause and "no attempts are left" in f.cause, f.cause
     [a] = f.attempt_list
     assert a.result == "unknown" and a.finished_us == lapsed_at
     # It stays settled: later claims find nothing.
-    assert store.claim_shaped(lapsed_at + 60 * S, "runner-3", {"on-time": 10}, _shaper(), MARGIN).jobs == []
+    assert store.dispatch.claim_shaped(lapsed_at + 60 * S, "runner-3", {"on-time": 10}, _shaper(), MARGIN).jobs == []
 
 
 def test_a_lapsed_lease_with_attempts_left_is_retried_and_its_attempt_recorded_unknown(store) -> None:
     t, trig = _one_fire(store, Policies(timeout_s=1.0, max_attempts=2))
-    first = store.claim_shaped(T0 + S, "runner-that-dies", {"on-time": 10}, _shaper(), MARGIN)
+    first = store.dispatch.claim_shaped(T0 + S, "runner-that-dies", {"on-time": 10}, _shaper(), MARGIN)
     lapsed_at = first.jobs[0].job.lease_expires_us + S
-    again = store.claim_shaped(lapsed_at, "runner-2", {"on-time": 10}, _shaper(), MARGIN)
+    again = store.dispatch.claim_shaped(lapsed_at, "runner-2", {"on-time": 10}, _shaper(), MARGIN)
     assert [c.job.attempt for c in again.jobs] == [2]
-    [f] = store.list_fires(t.id, trig.id)
+    [f] = store.history.list_fires(t.id, trig.id)
     assert f.state == "dispatching" and f.attempts == 2
     one = next(a for a in f.attempt_list if a.number == 1)
     assert one.result == "unknown" and one.finished_us == lapsed_at
     # When that one lapses too, the fire is settled, not leased a third time.
     final_at = again.jobs[0].job.lease_expires_us + S
-    assert store.claim_shaped(final_at, "runner-3", {"on-time": 10}, _shaper(), MARGIN).jobs == []
-    [f] = store.list_fires(t.id, trig.id)
+    assert store.dispatch.claim_shaped(final_at, "runner-3", {"on-time": 10}, _shaper(), MARGIN).jobs == []
+    [f] = store.history.list_fires(t.id, trig.id)
     assert f.state == "unknown" and f.attempts == 2
 
 
@@ -103,7 +103,7 @@ def test_an_unexpected_error_in_an_attempt_settles_it_with_a_cause(store) -> Non
             return started, recorded, await d.claim_once()
 
     assert asyncio.run(steps()) == (1, 1, 0)
-    [f] = store.list_fires(t.id, trig.id)
+    [f] = store.history.list_fires(t.id, trig.id)
     assert f.state == "failed" and f.attempts == 1
     assert f.cause is not None and "RuntimeError" in f.cause and "not sent" in f.cause, f.cause
     assert f.attempt_list[0].finished_us is not None and f.attempt_list[0].result == "failed"
@@ -115,10 +115,10 @@ def test_a_kek_error_in_admission_is_a_recorded_cause(store, monkeypatch) -> Non
     t = add_tenant(store)
     trig, _, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     fire = NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING, T0, "2026f", "t")
-    row = store.get_trigger(t.id, trig.id)
-    store.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), (fire,))])
+    row = store.registry.get_trigger(t.id, trig.id)
+    store.timing.apply_decisions([Decision(Advance(trig.id, row.next_us, 1, row.next_us, 1), (fire,))])
     sealed = envelope.cipher_for(store).seal(t.id, trig.id, 1, json.dumps({"n": 1}).encode())
-    [claimed] = store.claim_shaped(T0 + S, "d", {"on-time": 10}, _shaper(), MARGIN).jobs
+    [claimed] = store.dispatch.claim_shaped(T0 + S, "d", {"on-time": 10}, _shaper(), MARGIN).jobs
     job = replace(claimed.job, payload=sealed)
     # This process's cipher for the store: another KEK (as after a wrong FIRELEDGER_KEK).
     monkeypatch.setitem(envelope._CIPHERS, store, envelope.PayloadCipher(store, bytes(range(1, 33))))

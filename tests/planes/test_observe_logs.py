@@ -16,7 +16,7 @@ from fireledger.clock import FakeClock
 from fireledger.dispatch.runner import Dispatcher
 from fireledger.domain.keys import FireKey
 from fireledger.observe.logs import JsonFormatter, attempt_fields
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import TimingLoop
 from sink import SinkServer
 from storekit import add_target, add_tenant, add_trigger
@@ -57,7 +57,7 @@ def test_attempt_outcomes_are_logged_with_their_fire_key_and_never_the_payload(
         tmp_path: Path, captured: io.StringIO) -> None:
     sink = SinkServer()
     sink.start_in_thread()
-    store = SqlStore.open(f"sqlite:///{tmp_path}/logs.db")
+    store = Store.open(f"sqlite:///{tmp_path}/logs.db")
     try:
         t = add_tenant(store)
         ok, _, first = add_trigger(store, t, add_target(store, t, url=f"{sink.base_url}/ok"), {"every": "60s"},

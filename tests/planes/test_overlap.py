@@ -19,6 +19,7 @@ from fireledger.clock import FakeClock
 from fireledger.control.history import explain_cause, fire_story, history_item
 from fireledger.dispatch.http import HttpResult
 from fireledger.dispatch.runner import settle
+from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import (
     Advance,
@@ -42,7 +43,6 @@ from fireledger.domain.overlap import (
     previous_status,
     release_plan,
 )
-from fireledger.store import Settlement
 from fireledger.timing import TimingLoop
 from storekit import T0, add_target, add_tenant, add_trigger
 
@@ -242,13 +242,13 @@ class Spy:
 
     def __init__(self, store):
         self.calls: list[int] = []
-        real = store.overlap_facts
+        real = store.timing.overlap_facts
 
         def facts(triggers):
             self.calls.append(len(triggers))
             return real(triggers)
 
-        store.overlap_facts = facts
+        store.timing.overlap_facts = facts
 
 
 def setup(store, policy: OverlapPolicy, window_s: int = 30, every: str = "10s"):
@@ -263,15 +263,15 @@ def setup(store, policy: OverlapPolicy, window_s: int = 30, every: str = "10s"):
 
 
 def fires_of(store, trig):
-    return {f.scheduled_us: f for f in store.history_fires(trig.tenant_id, trigger_id=trig.id, limit=1000)}
+    return {f.scheduled_us: f for f in store.history.history_fires(trig.tenant_id, trigger_id=trig.id, limit=1000)}
 
 
 def claim(store, at_us):
-    return store.claim_dispatch("on-time", at_us, 10, "d1", 60 * S)
+    return store.dispatch.claim_dispatch("on-time", at_us, 10, "d1", 60 * S)
 
 
 def finish(store, job, state, at_us, cause=None):
-    assert store.settle_attempts([Settlement(job, state, None, None, state, cause, None)], at_us) == [True]
+    assert store.dispatch.settle_attempts([Settlement(job, state, None, None, state, cause, None)], at_us) == [True]
 
 
 def key_of(trig, us):
@@ -318,7 +318,7 @@ def test_an_outcome_or_a_failure_finishes_the_previous_fire_at_once(store):
     loop.tick()
     [job] = claim(store, first + 100_000)
     finish(store, job, "delivered", first + S)
-    store.record_outcome(FireKey(trig.tenant_id, trig.id, first, 0), "succeeded", first + 2 * S,
+    store.dispatch.record_outcome(FireKey(trig.tenant_id, trig.id, first, 0), "succeeded", first + 2 * S,
                          target_id=tg.id, msg_id="msg_1", replay_window_us=300 * S)
     clock.set(first + 10 * S)
     [f1] = loop.tick().inserted
@@ -350,10 +350,10 @@ def test_queue_holds_one_supersedes_and_releases_on_outcome_and_on_window_end(st
     assert got[first + 10 * S].cause == (f"superseded: overlap policy queue holds one pending fire; "
                                          f"{key_of(trig, first + 20 * S)} replaced it")
     assert sum(1 for f in got.values() if f.state == "held") == 1
-    assert store.lane_depths().get(("on-time", "held")) == 1           # counted as a live fire
-    assert store.count_expiring(trig.tenant_id, first + 100 * S) == (2, 1)   # never purged while held
+    assert store.history.lane_depths().get(("on-time", "held")) == 1           # counted as a live fire
+    assert store.history.count_expiring(trig.tenant_id, first + 100 * S) == (2, 1)   # never purged while held
     # The outcome arrives: the next cycle releases the held fire (before deciding anything new).
-    store.record_outcome(FireKey(trig.tenant_id, trig.id, first, 0), "succeeded", first + 25 * S,
+    store.dispatch.record_outcome(FireKey(trig.tenant_id, trig.id, first, 0), "succeeded", first + 25 * S,
                          target_id=tg.id, msg_id="msg_1", replay_window_us=300 * S)
     clock.set(first + 25 * S)
     res = loop.tick()
@@ -396,10 +396,11 @@ def test_an_amendment_to_allow_releases_the_held_fire(store):
     claim(store, first + 100_000)
     clock.set(first + 10 * S)
     assert [f.state for f in loop.tick().inserted] == [FireState.HELD]
-    v1 = store.get_version(trig.id, 1)
+    v1 = store.registry.get_version(trig.id, 1)
     v2 = replace(v1, version=2, policies=replace(v1.policies, overlap=OverlapPolicy.ALLOW),
                  created_us=first + 11 * S)
-    assert store.amend_trigger(store.get_trigger(trig.tenant_id, trig.id), v2, trig.name, first + 20 * S,
+    assert store.registry.amend_trigger(store.registry.get_trigger(trig.tenant_id, trig.id), v2, trig.name,
+                                        first + 20 * S,
                                first + 11 * S)
     clock.set(first + 12 * S)
     res = loop.tick()
@@ -415,7 +416,7 @@ def test_deleting_the_tenant_skips_its_held_fire(store):
     claim(store, first + 100_000)
     clock.set(first + 10 * S)
     assert [f.state for f in loop.tick().inserted] == [FireState.HELD]
-    assert store.delete_tenant(trig.tenant_id, "operator", first + 11 * S) is not None
+    assert store.trust.delete_tenant(trig.tenant_id, "operator", first + 11 * S) is not None
     got = fires_of(store, trig)[first + 10 * S]
     assert (got.state, got.cause) == ("skipped", "skipped: the tenant was deleted")
     clock.set(first + 100 * S)
@@ -436,12 +437,12 @@ def test_held_fires_are_re_evaluated_page_by_page(store):
     assert len(jobs) == 3
     clock.set(first + 10 * S)
     assert [f.state for f in loop.tick().inserted] == [FireState.HELD] * 3
-    assert len(store.held_fires()) == 3 and len(store.held_fires(limit=2)) == 2
+    assert len(store.timing.held_fires()) == 3 and len(store.timing.held_fires(limit=2)) == 2
     for job in jobs:
         finish(store, job, "failed", first + 11 * S, "failed: HTTP 404 is final")
     released = loop.release_held(first + 12 * S, None, page=2)
     assert sorted(f.trigger_id for f in released) == sorted(tr.id for tr in trigs)
-    assert store.held_fires() == []
+    assert store.timing.held_fires() == []
 
 
 def test_allow_is_untouched_and_never_reads_the_previous_fire(store):

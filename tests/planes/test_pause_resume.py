@@ -38,28 +38,30 @@ def test_pause_records_the_resume_point_and_resume_is_compare_and_set(store):
     tg = add_target(store, t)
     trig, v, first = add_trigger(store, t, tg, {"every": "60s"})
     # Paused before its next instant: the resume point is the pause instant; the due row is gone.
-    cur = store.get_trigger(t.id, trig.id)
-    before = store.definitions_counter()
-    assert store.pause_trigger(cur, first - 10 * S) == first - 10 * S
-    assert store.get_trigger(t.id, trig.id).state == TriggerState.PAUSED and store.due_rows(2**62, 10) == []
-    assert store.definitions_counter() == before + 1
-    assert store.resume_point(t.id, trig.id) == (True, first - 10 * S)
+    cur = store.registry.get_trigger(t.id, trig.id)
+    before = store.registry.definitions_counter()
+    assert store.registry.pause_trigger(cur, first - 10 * S) == first - 10 * S
+    assert store.registry.get_trigger(t.id, trig.id).state == TriggerState.PAUSED and store.timing.due_rows(2**62,
+                                                                                                            10) == []
+    assert store.registry.definitions_counter() == before + 1
+    assert store.registry.resume_point(t.id, trig.id) == (True, first - 10 * S)
     # Pausing what is not active writes nothing.
-    assert store.pause_trigger(cur, first) is None
-    assert store.resume_point(t.id, trig.id) == (True, first - 10 * S)
-    paused = store.get_trigger(t.id, trig.id)
+    assert store.registry.pause_trigger(cur, first) is None
+    assert store.registry.resume_point(t.id, trig.id) == (True, first - 10 * S)
+    paused = store.registry.get_trigger(t.id, trig.id)
     # Resume compare-and-sets on the resume point read, and on the current version.
-    assert not store.resume_trigger(paused, first - 11 * S, first, first + 5 * H)
+    assert not store.registry.resume_trigger(paused, first - 11 * S, first, first + 5 * H)
     stale = dataclasses.replace(paused, current_version=7)
-    assert not store.resume_trigger(stale, first - 10 * S, first, first + 5 * H)
-    assert store.get_trigger(t.id, trig.id).state == TriggerState.PAUSED and store.due_rows(2**62, 10) == []
-    assert store.resume_trigger(paused, first - 10 * S, first, first + 5 * H)
-    got = store.get_trigger(t.id, trig.id)
+    assert not store.registry.resume_trigger(stale, first - 10 * S, first, first + 5 * H)
+    assert store.registry.get_trigger(t.id, trig.id).state == TriggerState.PAUSED and store.timing.due_rows(2**62,
+                                                                                                            10) == []
+    assert store.registry.resume_trigger(paused, first - 10 * S, first, first + 5 * H)
+    got = store.registry.get_trigger(t.id, trig.id)
     assert got.state == TriggerState.ACTIVE and got.next_us == first and got.updated_us == first + 5 * H
-    assert [(r.next_us, r.version) for r in store.due_rows(2**62, 10)] == [(first, 1)]
-    assert store.resume_point(t.id, trig.id) == (False, None)
-    assert not store.resume_trigger(got, first - 10 * S, first, first + 6 * H)   # not paused any more
-    [row], _ = store.shadow_snapshot(0)
+    assert [(r.next_us, r.version) for r in store.timing.due_rows(2**62, 10)] == [(first, 1)]
+    assert store.registry.resume_point(t.id, trig.id) == (False, None)
+    assert not store.registry.resume_trigger(got, first - 10 * S, first, first + 6 * H)   # not paused any more
+    [row], _ = store.timing.shadow_snapshot(0)
     assert (row.paused_us, row.resumed_us) == (first - 10 * S, first + 5 * H)
 
 
@@ -67,20 +69,22 @@ def test_an_instant_due_but_undecided_at_the_pause_stays_in_the_gap(store):
     t = add_tenant(store)
     trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     # The due row still holds `first` (due 30 s ago, not decided yet): the point is just before it.
-    assert store.pause_trigger(store.get_trigger(t.id, trig.id), first + 30 * S) == first - 1
-    paused = store.get_trigger(t.id, trig.id)
+    assert store.registry.pause_trigger(store.registry.get_trigger(t.id, trig.id), first + 30 * S) == first - 1
+    paused = store.registry.get_trigger(t.id, trig.id)
     # An exhausted schedule resumes with no row.
-    assert store.resume_trigger(paused, first - 1, None, first + H)
-    assert store.get_trigger(t.id, trig.id).state == TriggerState.ACTIVE and store.due_rows(2**62, 10) == []
+    assert store.registry.resume_trigger(paused, first - 1, None, first + H)
+    assert store.registry.get_trigger(t.id, trig.id).state == TriggerState.ACTIVE and store.timing.due_rows(2**62,
+                                                                                                            10) == []
 
 
 def test_a_trigger_paused_before_resume_points_existed_resumes_without_one(store):
     t = add_tenant(store)
     trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
-    assert store.set_trigger_state(store.get_trigger(t.id, trig.id), TriggerState.PAUSED, None, first - S)
-    assert store.resume_point(t.id, trig.id) == (True, None)
-    assert store.resume_trigger(store.get_trigger(t.id, trig.id), None, first + H, first + H - S)
-    assert store.get_trigger(t.id, trig.id).next_us == first + H
+    assert store.registry.set_trigger_state(store.registry.get_trigger(t.id, trig.id), TriggerState.PAUSED, None,
+                                            first - S)
+    assert store.registry.resume_point(t.id, trig.id) == (True, None)
+    assert store.registry.resume_trigger(store.registry.get_trigger(t.id, trig.id), None, first + H, first + H - S)
+    assert store.registry.get_trigger(t.id, trig.id).next_us == first + H
 
 
 def test_last_gap_fires_are_the_newest_plan_that_missed_instants(store):
@@ -90,22 +94,22 @@ def test_last_gap_fires_are_the_newest_plan_that_missed_instants(store):
     rec = recurrence_of(v)
 
     def decide(at_us: int) -> list:
-        row = store.due_rows(2**62, 10)[0]
+        row = store.timing.due_rows(2**62, 10)[0]
         ctx = PlanContext(earliest_us=at_us, decided_by="n1", tzdata_version="2026f")
         d = plan_due(row, lambda u: next_us(rec, u), v.policies, ctx)
-        [o] = store.apply_decisions([d])
+        [o] = store.timing.apply_decisions([d])
         assert o.advanced
         return list(d.fires)
 
-    assert store.last_gap_fires(t.id, trig.id) == []
+    assert store.registry.last_gap_fires(t.id, trig.id) == []
     decide(first)                                # on time: no gap
-    assert store.last_gap_fires(t.id, trig.id) == []
+    assert store.registry.last_gap_fires(t.id, trig.id) == []
     gap1 = decide(first + 30 * M)                # 30 instants: 19 expired, 9 caught up, 2 on time
     decide(first + 31 * M)
     gap2 = decide(first + 200 * M)               # 169 minutes: a range record among the expired
     decide(first + 201 * M)
     assert len(gap1) == 30 and any(f.kind == FireKind.CATCH_UP for f in gap1)
-    got = store.last_gap_fires(t.id, trig.id)
+    got = store.registry.last_gap_fires(t.id, trig.id)
     assert [(f.scheduled_us, f.state, f.cause) for f in got] == [
         (f.scheduled_us, f.state.value, f.cause) for f in gap2]
     assert {f.decided_us for f in got} == {first + 200 * M}
@@ -115,8 +119,8 @@ def test_last_gap_fires_are_the_newest_plan_that_missed_instants(store):
 
     manual = NewFire(t.id, trig.id, first + 200 * M, 1, 1, FireKind.MANUAL, Lane.ON_TIME, FireState.PENDING,
                      first + 200 * M, "2026f", "control")
-    assert store.insert_fires([manual])
-    assert len(store.last_gap_fires(t.id, trig.id)) == len(gap2)
+    assert store.timing.insert_fires([manual])
+    assert len(store.registry.last_gap_fires(t.id, trig.id)) == len(gap2)
 
 
 # --- the API and the timing loop (SQLite, fake clock) ------------------------------------------
@@ -153,7 +157,7 @@ def recorded(api: Api, tenant_id: str, trigger_id: str, decided_us: int) -> dict
     from fireledger.domain.policies import record_weight
 
     out = {"caught_up": 0, "on_time": 0, "skipped": 0, "expired": 0}
-    for f in api.store.list_fires(tenant_id, trigger_id, limit=10_000):
+    for f in api.store.history.list_fires(tenant_id, trigger_id, limit=10_000):
         if f.decided_us != decided_us or f.kind not in ("scheduled", "catch-up"):
             continue
         n, _ = record_weight(f.cause)
@@ -171,9 +175,9 @@ def instants_between(rec, after_us: int, until_us: int) -> list[int]:
 
 
 def no_divergence(api: Api, tenant_id: str, trigger_id: str) -> None:
-    part = api.store.get_trigger(tenant_id, trigger_id).partition
-    rows, strays = api.store.shadow_snapshot(part)
-    report = compare(part, rows, strays, api.store.partition_count(), node="t", now_us=0)
+    part = api.store.registry.get_trigger(tenant_id, trigger_id).partition
+    rows, strays = api.store.timing.shadow_snapshot(part)
+    report = compare(part, rows, strays, api.store.timing.partition_count(), node="t", now_us=0)
     assert report.divergent == 0, report.divergences
 
 
@@ -193,7 +197,7 @@ def test_a_three_hour_pause_is_decided_like_an_outage(api: Api, policy: str) -> 
     assert loop.tick().inserted == []                           # nothing fires while paused
     r = s.post(f"/v1/triggers/{t['id']}/resume")
     assert r.status_code == 200, r.text
-    rec = recurrence_of(api.store.get_version(t["id"], 1))
+    rec = recurrence_of(api.store.registry.get_version(t["id"], 1))
     gap = instants_between(rec, paused_at, api.clock.now().earliest_us)
     assert len(gap) == 180
     assert r.json()["next_instant"] == _iso(gap[0])            # the first instant after the pause
@@ -268,7 +272,7 @@ def test_a_one_shot_that_fell_in_the_pause_is_decided_not_dropped(api: Api) -> N
     [f] = TimingLoop(api.store, api.clock, "node-a").tick().inserted
     assert (f.state, f.kind, "missed-fire policy is skip" in (f.cause or "")) == (FireState.SKIPPED,
                                                                                    FireKind.CATCH_UP, True)
-    assert api.store.due_rows(2**62, 10) == []
+    assert api.store.timing.due_rows(2**62, 10) == []
 
 
 def test_the_pause_replays_exactly_what_the_planner_decides(api: Api) -> None:
@@ -280,7 +284,7 @@ def test_the_pause_replays_exactly_what_the_planner_decides(api: Api) -> None:
     api.clock.advance(5 * H)
     first = us(s.post(f"/v1/triggers/{t['id']}/resume").json()["next_instant"])
     res = TimingLoop(api.store, api.clock, "node-a").tick()
-    v = api.store.get_version(t["id"], 1)
+    v = api.store.registry.get_version(t["id"], 1)
     ctx = PlanContext(earliest_us=0, decided_by="node-a", tzdata_version=res.inserted[0].tzdata_version)
     d = replay_gap(Gap(tenant_id, t["id"], 1, first, res.earliest_us), lambda u: next_us(recurrence_of(v), u),
                    v.policies, ctx)

@@ -94,12 +94,12 @@ def test_a_fire_whose_commit_fails_is_never_handed_to_dispatch(store):
     with failing_commits(store), pytest.raises(OSError):
         loop.tick()
     assert handed == []
-    assert store.claim_dispatch("on-time", first + 2 * S, 100, "d", 30 * S) == []
-    assert store.list_fires(t.id, trig.id) == []
+    assert store.dispatch.claim_dispatch("on-time", first + 2 * S, 100, "d", 30 * S) == []
+    assert store.history.list_fires(t.id, trig.id) == []
     # Positive control: once commits succeed the same instant is decided and handed over.
     loop.tick()
     assert [f.scheduled_us for f in handed] == [first]
-    assert len(store.claim_dispatch("on-time", first + 2 * S, 100, "d", 30 * S)) == 1
+    assert len(store.dispatch.claim_dispatch("on-time", first + 2 * S, 100, "d", 30 * S)) == 1
 
 
 def test_two_timing_loops_on_one_instant_record_one_fire(store):
@@ -108,11 +108,11 @@ def test_two_timing_loops_on_one_instant_record_one_fire(store):
     trig, _, first = add_trigger(store, t, add_target(store, t), {"every": "60s"})
     clock = FakeClock(first + S)
     a, b = loop_for(store, clock), TimingLoop(store, clock, "node-b")
-    rows = store.due_rows(clock.now().earliest_us, 10)
+    rows = store.timing.due_rows(clock.now().earliest_us, 10)
     da, db = a.plan(rows, clock.now().earliest_us), b.plan(rows, clock.now().earliest_us)
-    oa, ob = store.apply_decisions(da), store.apply_decisions(db)
+    oa, ob = store.timing.apply_decisions(da), store.timing.apply_decisions(db)
     assert len(oa[0].inserted) == 1 and ob[0].inserted == () and not ob[0].advanced
-    assert [f.decided_by for f in store.list_fires(t.id, trig.id)] == ["node-a"]
+    assert [f.decided_by for f in store.history.list_fires(t.id, trig.id)] == ["node-a"]
 
 
 def test_amend_and_pause_change_the_next_instant_at_once(store):
@@ -125,14 +125,15 @@ def test_amend_and_pause_change_the_next_instant_at_once(store):
     spec2 = {**v.schedule, "every": "20s"}
     nxt2 = next_us(compile_spec(spec2), T0 + 10 * S)
     v2 = dataclasses.replace(v, version=2, schedule=spec2)
-    assert store.amend_trigger(trig, v2, trig.name, nxt2, T0 + 10 * S)
+    assert store.registry.amend_trigger(trig, v2, trig.name, nxt2, T0 + 10 * S)
     assert nxt2 == T0 + 20 * S
     clock.set(T0 + 20 * S)
     res = loop.tick()
     assert [(f.scheduled_us, f.version) for f in res.inserted] == [(T0 + 20 * S, 2)]
-    assert store.get_trigger(t.id, trig.id).next_us == T0 + 40 * S
+    assert store.registry.get_trigger(t.id, trig.id).next_us == T0 + 40 * S
     # Pause: nothing is decided however far the clock moves.
-    assert store.set_trigger_state(store.get_trigger(t.id, trig.id), TriggerState.PAUSED, None, T0 + 21 * S)
+    assert store.registry.set_trigger_state(store.registry.get_trigger(t.id, trig.id), TriggerState.PAUSED, None,
+                                            T0 + 21 * S)
     clock.set(T0 + 600 * S)
     assert loop.tick().inserted == []
 

@@ -22,12 +22,12 @@ SET = LeaseSettings(rotate_after_s=0)            # rotation off unless a test tu
 @pytest.fixture
 def store(store):
     """The engine-parametrised store (tests/conftest.py), its partitions made."""
-    store.ensure_partitions()
+    store.timing.ensure_partitions()
     return store
 
 
 def owners(store) -> Counter:
-    return Counter(x.owner for x in store.lease_table())
+    return Counter(x.owner for x in store.timing.lease_table())
 
 
 def cycle_all(*mgrs, rounds=3):
@@ -66,12 +66,12 @@ def test_nodes_joining_rebalance_by_handing_over(store):
     b.cycle()                                     # b sees a holding everything: nothing free
     assert owners(store) == {"a": 256}
     a.cycle()                                     # a is over its share: offers 128 to b
-    assert sum(1 for x in store.lease_table() if x.handoff_to == "b") == 128
+    assert sum(1 for x in store.timing.lease_table() if x.handoff_to == "b") == 128
     b.cycle()
     assert owners(store) == {"a": 128, "b": 128}
     cycle_all(c, a, b, c)
     assert sorted(owners(store).values()) == [85, 85, 86]
-    causes = {x.takeover_cause for x in store.lease_table() if x.owner in ("b", "c")}
+    causes = {x.takeover_cause for x in store.timing.lease_table() if x.owner in ("b", "c")}
     assert causes == {"released"}
     assert {m.ownership().partitions & n.ownership().partitions == frozenset()
             for m in (a, b, c) for n in (a, b, c) if m is not n} == {True}
@@ -89,7 +89,7 @@ def test_a_dead_nodes_partitions_are_taken_after_its_session_expires(store):
     clock.advance(int(0.2 * S))
     cycle_all(a, b, rounds=2)
     assert owners(store) == {"a": 128, "b": 128}
-    taken = [x for x in store.lease_table() if x.partition in dead]
+    taken = [x for x in store.timing.lease_table() if x.partition in dead]
     assert {x.takeover_cause for x in taken} == {"session-lost"}
     assert all(3.0 * S <= x.takeover_us <= 3.2 * S for x in taken)
     # c's own view ran out before anyone could take over: it could not have claimed meanwhile.
@@ -107,7 +107,7 @@ def test_a_node_whose_clock_is_too_uncertain_sheds_and_rejoins_when_healthy(stor
     rep = b.cycle()
     assert rep.shedding and b.ownership().partitions == frozenset()
     assert owners(store) == {"a": 128, None: 128}
-    [sb] = [s for s in store.sessions() if s.id == "b"]
+    [sb] = [s for s in store.timing.sessions() if s.id == "b"]
     assert sb.shedding and sb.eps_us == 150 * MS  # still heartbeating: it serves reads and metrics
     a.cycle()
     assert owners(store) == {"a": 256}            # the released partitions are owned elsewhere at once
@@ -139,14 +139,14 @@ def test_routine_reassignment_moves_every_partition_within_its_period(store):
     st = LeaseSettings(rotate_after_s=20, rotate_batch=8)
     mgrs = [LeaseManager(store, clock, n, st) for n in "abc"]
     cycle_all(*mgrs, rounds=4)
-    first = {x.partition: (x.owner, x.epoch) for x in store.lease_table()}
+    first = {x.partition: (x.owner, x.epoch) for x in store.timing.lease_table()}
     for _ in range(int(32 / 0.5)):                # 1.5 × rotate_after plus slack, one cycle per 0.5 s
         clock.advance(500 * MS)
         cycle_all(*mgrs, rounds=1)
-    now = {x.partition: (x.owner, x.epoch) for x in store.lease_table()}
+    now = {x.partition: (x.owner, x.epoch) for x in store.timing.lease_table()}
     assert all(now[p][1] > first[p][1] for p in first), "a partition was never reassigned"
     assert sorted(owners(store).values()) == [85, 85, 86]
-    assert all(x.takeover_cause == "released" and x.takeover_us < 600 * MS for x in store.lease_table())
+    assert all(x.takeover_cause == "released" and x.takeover_us < 600 * MS for x in store.timing.lease_table())
 
 
 def test_the_loop_claims_only_rows_of_partitions_it_holds(store):
@@ -189,7 +189,7 @@ def test_a_partition_released_between_plan_and_commit_is_not_committed(store):
     clock.set(first + 10 * MS)
     res = loop.tick()
     assert res.dropped == 1 and res.inserted == []
-    assert store.list_fires(t.id, trig.id) == []
+    assert store.history.list_fires(t.id, trig.id) == []
 
 
 def test_settings_come_from_the_environment_and_bad_values_are_named():

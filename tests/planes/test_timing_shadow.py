@@ -14,7 +14,7 @@ from fireledger.clock import FakeClock, Interval
 from fireledger.domain.model import TriggerState
 from fireledger.domain.partition import partition_of
 from fireledger.observe.metrics import METRICS
-from fireledger.store import SqlStore
+from fireledger.store import Store
 from fireledger.timing import ShadowRebuilder, TimingLoop
 from fireledger.timing.clockguard import StepGuardClock
 from fireledger.timing.shadow import expected_next, rebuild
@@ -27,7 +27,7 @@ MS = 1_000
 @pytest.fixture
 def store(store):
     """The engine-parametrised store (tests/conftest.py), its partitions made."""
-    store.ensure_partitions()
+    store.timing.ensure_partitions()
     return store
 
 
@@ -63,22 +63,22 @@ def test_a_consistent_index_shows_no_divergence_through_fires_amendments_pauses_
     (a, va), (b, vb), (c, vc), _ = trigs
     # Amend: a new schedule (a new run starts now), a rename that keeps the schedule (keeps the instant).
     now = clock.now().earliest_us
-    cur = store.get_trigger(t.id, a.id)
+    cur = store.registry.get_trigger(t.id, a.id)
     va2 = dataclasses.replace(va, version=2, created_us=now, schedule={**va.schedule, "every": "3s"})
     from fireledger.definitions import next_us, recurrence_of
 
-    assert store.amend_trigger(cur, va2, "a2", next_us(recurrence_of(va2), now), now)
-    cur = store.get_trigger(t.id, b.id)
-    assert store.amend_trigger(cur, dataclasses.replace(vb, version=2, created_us=now), "b2", cur.next_us, now)
-    cur = store.get_trigger(t.id, c.id)
-    assert store.set_trigger_state(cur, TriggerState.PAUSED, None, now)
+    assert store.registry.amend_trigger(cur, va2, "a2", next_us(recurrence_of(va2), now), now)
+    cur = store.registry.get_trigger(t.id, b.id)
+    assert store.registry.amend_trigger(cur, dataclasses.replace(vb, version=2, created_us=now), "b2", cur.next_us, now)
+    cur = store.registry.get_trigger(t.id, c.id)
+    assert store.registry.set_trigger_state(cur, TriggerState.PAUSED, None, now)
     for _ in range(3):
         clock.advance(3 * S)
         loop.tick()
         assert sum(r.divergent for r in check_all(shadow, store, (0, 1)).values()) == 0
     now = clock.now().earliest_us
-    cur = store.get_trigger(t.id, c.id)
-    assert store.set_trigger_state(cur, TriggerState.ACTIVE, next_us(recurrence_of(vc), now), now)
+    cur = store.registry.get_trigger(t.id, c.id)
+    assert store.registry.set_trigger_state(cur, TriggerState.ACTIVE, next_us(recurrence_of(vc), now), now)
     for _ in range(3):
         clock.advance(3 * S)
         loop.tick()
@@ -89,7 +89,7 @@ def test_a_consistent_index_shows_no_divergence_through_fires_amendments_pauses_
     # id can hash to the partition it was stored under, so the count is computed, not assumed).
     from fireledger.domain.partition import partition_of
 
-    n = store.partition_count()
+    n = store.timing.partition_count()
     expected = sum(1 for i, (trig, _) in enumerate(trigs) if partition_of(trig.id, n) != i % 2)
     assert reports[0].repartition_pending + reports[1].repartition_pending == expected
 
@@ -101,7 +101,7 @@ def test_every_kind_of_divergence_is_reported_and_the_rebuild_matches_the_report
     loop = TimingLoop(store, clock, "n1")
     loop.tick()
     p = ph(store)
-    good = {r.trigger_id: (r.next_us, r.version, r.partition) for r in store.due_index()}
+    good = {r.trigger_id: (r.next_us, r.version, r.partition) for r in store.timing.due_index()}
     with store.engine.write() as conn:
         conn.execute(f"DELETE FROM due WHERE trigger_id = {p}", (a.id,))                       # missing
         conn.execute(f"UPDATE due SET next_us = next_us + 1 WHERE trigger_id = {p}", (b.id,))  # wrong_instant
@@ -118,13 +118,13 @@ def test_every_kind_of_divergence_is_reported_and_the_rebuild_matches_the_report
                      ("tr_ghost", "orphaned")}
     shadow.publish()
     assert METRICS.shadow_divergence.labels("orphaned")._value.get() == 2
-    stored = {(x.trigger_id, x.kind, x.expected_next_us) for x in store.shadow_divergences()}
+    stored = {(x.trigger_id, x.kind, x.expected_next_us) for x in store.timing.shadow_divergences()}
     assert (a.id, "missing", good[a.id][0]) in stored
     # What the shadow expected is exactly what the rebuild writes.
-    expected = {x.trigger_id: (x.expected_next_us, x.expected_version) for x in store.shadow_divergences()
+    expected = {x.trigger_id: (x.expected_next_us, x.expected_version) for x in store.timing.shadow_divergences()
                 if x.expected_next_us is not None}
     rebuild(store)
-    after = {r.trigger_id: (r.next_us, r.version) for r in store.due_index()}
+    after = {r.trigger_id: (r.next_us, r.version) for r in store.timing.due_index()}
     for tid, want in expected.items():
         assert after[tid] == want
     assert d.id not in good and after == {tid: (n, v) for tid, (n, v, _) in good.items()}
@@ -143,23 +143,23 @@ def test_a_wrong_partition_and_a_pending_repartition(store):
     [x] = shadow.check(right).divergences
     assert x.kind == "wrong_partition" and shadow.last.repartition_pending == 0
     rebuild(store)
-    assert shadow.check(right).divergent == 0 and store.due_index()[0].partition == right
+    assert shadow.check(right).divergent == 0 and store.timing.due_index()[0].partition == right
 
 
 def test_the_rota_walks_every_partition_once_before_repeating(store):
     clock = FakeClock(T0, eps_us=5 * MS)
-    store.set_partition_count(8)
+    store.timing.set_partition_count(8)
     a, b = ShadowRebuilder(store, clock, "a"), ShadowRebuilder(store, clock, "b")
     seen = []
     for _ in range(4):
         clock.advance(1000)
         seen += [r.partition for r in (a.step(), b.step()) if r is not None]
     assert sorted(seen) == list(range(8))
-    assert all(r.reported_us for r in store.shadow_reports())
+    assert all(r.reported_us for r in store.timing.shadow_reports())
 
 
 def test_expected_next_follows_the_latest_anchor():
-    from fireledger.store.leases import ShadowRow
+    from fireledger.domain.timing_records import ShadowRow
 
     row = ShadowRow("tr_1", "tn_1", "active", 1, 0, {"every": "10s", "anchor": "2027-01-15T08:00:00Z"},
                     T0, None, None, None, None, None)
@@ -198,7 +198,7 @@ def test_step_guard_widens_the_interval_when_the_wall_clock_steps():
 
 def test_due_index_commands_rebuild_and_report(tmp_path):
     db = f"sqlite:///{tmp_path}/fl.db"
-    s = SqlStore.open(db)
+    s = Store.open(db)
     try:
         clock = FakeClock(T0, eps_us=5 * MS)
         t, trigs = build(s, clock)
@@ -220,7 +220,7 @@ def test_due_index_commands_rebuild_and_report(tmp_path):
 
 def test_partitions_commands_change_the_count_and_refuse_bad_input(tmp_path):
     db = f"sqlite:///{tmp_path}/fl.db"
-    s = SqlStore.open(db)
+    s = Store.open(db)
     try:
         t = add_tenant(s)
         tg = add_target(s, t)
@@ -233,10 +233,10 @@ def test_partitions_commands_change_the_count_and_refuse_bad_input(tmp_path):
         s.close()
     out = json.loads(cli("partitions", "set", "16", "--db", db, "--json", "--batch", "4").stdout)
     assert out["previous"] == 256 and out["partitions"] == 16 and out["triggers"] == 6
-    s = SqlStore.open(db)
+    s = Store.open(db)
     try:
-        assert s.partition_count() == 16
-        assert {r.trigger_id: r.partition for r in s.due_index()} == {tid: partition_of(tid, 16) for tid in ids}
+        assert s.timing.partition_count() == 16
+        assert {r.trigger_id: r.partition for r in s.timing.due_index()} == {tid: partition_of(tid, 16) for tid in ids}
     finally:
         s.close()
     show = json.loads(cli("partitions", "show", "--db", db, "--json").stdout)

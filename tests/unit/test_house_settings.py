@@ -41,7 +41,6 @@ LAZY_READERS = {
     "security/egress.py": "EgressPolicy.from_env(): the HTTP sender built without a policy (tests, embedding)",
     "security/envelope.py": "the KEK (FIRELEDGER_KEK / _KEK_FILE) is loaded by the store on first use",
     "security/limits.py": "per-tenant limits read per request by the definitions service",
-    "store/engine.py": "PostgreSQL timeouts read when an engine is opened (every command opens one)",
     "cli/keys.py": "fireledger init: an operator command (an entry point) checks FIRELEDGER_KEK",
 }
 

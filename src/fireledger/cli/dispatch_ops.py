@@ -45,15 +45,15 @@ def tenant_quota_cmd(
         fail("--catchup-fraction: must be > 0 and <= 1")
     store = open_any(db)
     try:
-        prior = store.tenant_quota(tenant_id)
+        prior = store.dispatch.tenant_quota(tenant_id)
         if prior is None:
             fail(f"TENANT_ID: no live tenant {tenant_id!r}")
         changing = any(v is not None for v in (fires_per_s, inflight, catchup_fraction))
         if changing:
-            store.set_tenant_quota(tenant_id, fires_per_s=fires_per_s, inflight=inflight,
+            store.dispatch.set_tenant_quota(tenant_id, fires_per_s=fires_per_s, inflight=inflight,
                                    catchup_fraction=catchup_fraction, actor="operator",
                                    now_us=SystemClock().now().latest_us)
-        now = store.tenant_quota(tenant_id)
+        now = store.dispatch.tenant_quota(tenant_id)
     finally:
         store.close()
     assert now is not None

@@ -86,9 +86,9 @@ def triggers_cmd(
         rows = []
         after = ""
         while True:
-            page = store.ops_triggers(tenant, after=after, limit=1000)
+            page = store.history.ops_triggers(tenant, after=after, limit=1000)
             for t in page:
-                recent = store.recent_states(t.tenant_id, t.id, 10)
+                recent = store.history.recent_states(t.tenant_id, t.id, 10)
                 rows.append({"id": t.id, "tenant_id": t.tenant_id, "name": t.name, "state": t.state.value,
                              "partition": t.partition, "next_instant": None if t.next_us is None
                              else when(t.next_us), "recent": recent})
@@ -130,8 +130,8 @@ def fires_cmd(
     as_json: AsJson = False,
 ) -> None:
     """Show a trigger's fires, newest first: scheduled, decided, dispatched, lateness, state, cause."""
+    from fireledger.domain.history_records import ALL_STATES
     from fireledger.observe.records import fire_record
-    from fireledger.store.history import ALL_STATES
 
     if not 1 <= limit <= 10_000:
         fail(f"--limit: {limit} is out of range 1-10000")
@@ -146,10 +146,10 @@ def fires_cmd(
             fail(f"--state: must be one or more of {', '.join(ALL_STATES)}")
     store = open_existing(db)
     try:
-        t = store.trigger_by_id(trigger_id)
+        t = store.history.trigger_by_id(trigger_id)
         if t is None:
             fail(f"TRIGGER_ID: no trigger {trigger_id!r}")
-        fires = store.history_fires(t.tenant_id, trigger_id=t.id, from_us=lo, to_us=hi, states=states,
+        fires = store.history.history_fires(t.tenant_id, trigger_id=t.id, from_us=lo, to_us=hi, states=states,
                                     limit=limit, descending=True)
     finally:
         store.close()
@@ -193,11 +193,11 @@ def why_cmd(
         fail("FIRE_KEY: is not a fire key (tenant.trigger.YYYYMMDDTHHMMSSZ.seq)")
     store = open_existing(db)
     try:
-        fire = store.get_fire(key)
+        fire = store.history.get_fire(key)
         if fire is None:
             fail(f"FIRE_KEY: no fire {fire_key} in this store (purged, or never decided)")
-        trigger = store.trigger_by_id(fire.trigger_id)
-        version = store.get_version(fire.trigger_id, fire.version)
+        trigger = store.history.trigger_by_id(fire.trigger_id)
+        version = store.registry.get_version(fire.trigger_id, fire.version)
         story = fire_story(fire, trigger, version, now_us=now_us())
     finally:
         store.close()
@@ -217,10 +217,10 @@ def status_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     store = open_existing(db)
     try:
         now = now_us()
-        nodes = store.node_rows()
-        leases = store.lease_rows()
-        waiting = store.due_waiting_by_partition(now)
-        depths = store.lane_depths()
+        nodes = store.history.node_rows()
+        leases = store.history.lease_rows()
+        waiting = store.history.due_waiting_by_partition(now)
+        depths = store.history.lane_depths()
     finally:
         store.close()
     ages = {p: (now - oldest) / 1e6 for p, oldest in waiting.items()}

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+import fireledger.security  # noqa: F401  (installs the audit chain's key source: decision 0111)
 from fireledger.errors import FireledgerError
 
 from .common import DEFAULT_DB, Command, Db, fail
 
 if TYPE_CHECKING:
-    from fireledger.store import SqlStore
+    from fireledger.store import Store
 
 
 class OperatorError(FireledgerError):
@@ -49,12 +50,15 @@ def _is_db_error(exc: BaseException) -> bool:
     return is_database_error(exc)
 
 
-def open_store(url: str, *, migrate: bool | None = None) -> SqlStore:
+def open_store(url: str, *, migrate: bool | None = None) -> Store:
     """Open the store at ``url`` (SQLite creates and migrates it on first use)."""
-    from fireledger.store import SqlStore, StoreError
+    from fireledger.settings import SettingError, Settings
+    from fireledger.store import Store, StoreError
 
     try:
-        return SqlStore.open(url, migrate=migrate)
+        return Store.open(url, settings=Settings.from_env(), migrate=migrate)
+    except SettingError as exc:
+        raise OperatorError(str(exc)) from None
     except StoreError as exc:
         raise OperatorError(str(exc)) from None
     except Exception as exc:
@@ -88,12 +92,13 @@ def tenant_create(url: str, name: str) -> tuple[str, str]:
 def db_upgrade(url: str) -> tuple[list[int], int]:
     """Apply every missing migration; return ``(applied versions, resulting schema version)``."""
     from fireledger.clock import SystemClock
-    from fireledger.store import SqlStore, StoreError
+    from fireledger.settings import SettingError, Settings
+    from fireledger.store import Store, StoreError
     from fireledger.store.engine import engine_for_url
 
     try:
-        store = SqlStore(engine_for_url(url))
-    except StoreError as exc:
+        store = Store(engine_for_url(url, Settings.from_env()))
+    except (StoreError, SettingError) as exc:
         raise OperatorError(str(exc)) from None
     try:
         applied = store.migrate(SystemClock().now().latest_us)
@@ -108,7 +113,7 @@ def db_upgrade(url: str) -> tuple[list[int], int]:
         store.close()
 
 
-def open_existing_store(url: str, fail: Callable[[str], Any]) -> SqlStore:
+def open_existing_store(url: str, fail: Callable[[str], Any]) -> Store:
     """Open the store for an operator command that reads or repairs an existing deployment: a
     SQLite URL must name an existing file (never create an empty database by mistyping a path).
     Problems go to ``fail`` (the CLI's one-line, exit-2 error)."""
@@ -130,13 +135,13 @@ def open_existing_store(url: str, fail: Callable[[str], Any]) -> SqlStore:
         raise
 
 
-def open_existing(db: str) -> SqlStore:
+def open_existing(db: str) -> Store:
     """The store of an existing deployment, for commands that read or repair it (never creates a
     SQLite file by a mistyped path); any problem is a :func:`~fireledger.cli.common.fail`."""
     return open_existing_store(db, fail)
 
 
-def open_any(db: str) -> SqlStore:
+def open_any(db: str) -> Store:
     """The store at ``db`` (SQLite creates and migrates it on first use); any problem is a
     :func:`~fireledger.cli.common.fail`."""
     try:

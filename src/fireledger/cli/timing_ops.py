@@ -85,15 +85,15 @@ def rebuild_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
 def report_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False,
                limit: Annotated[int, typer.Option("--limit", help="Divergent rows to list (0-100000).")] = 50) -> None:
     """The shadow rebuilder's latest report: per partition when it was checked and what diverged."""
-    from fireledger.store.leases import DIVERGENCE_KINDS
+    from fireledger.domain.timing_records import DIVERGENCE_KINDS
 
     if not 0 <= limit <= 100_000:
         fail(f"--limit: {limit} is out of range 0-100000")
     store = open_existing(db)
     try:
-        n = store.partition_count()
-        reports = [r for r in store.shadow_reports() if r.partition < n]
-        divs = store.shadow_divergences()
+        n = store.timing.partition_count()
+        reports = [r for r in store.timing.shadow_reports() if r.partition < n]
+        divs = store.timing.shadow_divergences()
     except Exception as exc:
         _db_errors(exc)
     finally:
@@ -141,10 +141,10 @@ def partitions_show_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
 
     store = open_existing(db)
     try:
-        n = store.partition_count()
-        leases = [lease for lease in store.lease_table() if lease.partition < n]
-        out_of_range = store.count_out_of_range(n)
-        pending = sum(r.repartition_pending for r in store.shadow_reports() if r.partition < n)
+        n = store.timing.partition_count()
+        leases = [lease for lease in store.timing.lease_table() if lease.partition < n]
+        out_of_range = store.timing.count_out_of_range(n)
+        pending = sum(r.repartition_pending for r in store.timing.shadow_reports() if r.partition < n)
     except Exception as exc:
         _db_errors(exc)
     finally:

@@ -93,7 +93,7 @@ def audit_head_cmd(
 
     store = open_any(db)
     try:
-        seq, h = store.audit_head()
+        seq, h = store.trust.audit_head()
     finally:
         store.close()
     typer.echo(json.dumps({"seq": seq, "hash": h, "at": format_instant(from_us(_now_us()))},
@@ -114,8 +114,8 @@ def tenant_delete_cmd(
         fail("TENANT_ID: must be a tenant id or name (1-200 characters)")
     store = open_any(db)
     try:
-        resolved = tenant_id if store.tenant_state(tenant_id) else store.tenant_id_by_name(tenant_id)
-        state = store.tenant_state(resolved) if resolved else None
+        resolved = tenant_id if store.registry.tenant_state(tenant_id) else store.registry.tenant_id_by_name(tenant_id)
+        state = store.registry.tenant_state(resolved) if resolved else None
         if state is None:
             fail(f"TENANT_ID: no tenant {tenant_id!r}")
         if state["deleted_us"] is not None:

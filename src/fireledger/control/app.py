@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fireledger.clock import Clock
 from fireledger.registry import RegistryError
 from fireledger.settings import Settings
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
 from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
@@ -75,7 +75,7 @@ log = logging.getLogger("fireledger.control")
 MAX_BODY_BYTES = API_BODY_BYTES
 
 
-def create_app(store: SqlStore, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
+def create_app(store: Store, clock: Clock, *, on_definition_change: Callable[[], None] = lambda: None,
                allow_private_targets: bool | None = None, keys: Any = None,
                metrics_cache_s: float | None = None, settings: Settings | None = None) -> FastAPI:
     """Build the control API over ``store``, stamping instants from ``clock``.
@@ -146,7 +146,7 @@ def _add_problem_handlers(app: FastAPI) -> None:
         return problem(exc.status_code, detail, slug=slug, headers=headers)
 
 
-def _add_ops_routes(app: FastAPI, store: SqlStore, clock: Clock, keys: Any, metrics_cache_s: float | None,
+def _add_ops_routes(app: FastAPI, store: Store, clock: Clock, keys: Any, metrics_cache_s: float | None,
                     settings: Settings | None) -> None:
     """The operations routes, outside /v1 and the schema except ``/healthz``: ``/healthz``,
     ``/metrics`` (the process's metrics plus the store's, cached ``metrics_cache_s``, and the smearing
@@ -227,7 +227,7 @@ class GuardMiddleware:
       reach the logs through an error.
     """
 
-    def __init__(self, app: ASGIApp, store: SqlStore) -> None:
+    def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
         self.store = store
 
@@ -265,7 +265,7 @@ class GuardMiddleware:
         token = parse_bearer(headers.get("authorization"))
         if token is None:
             return unauthorized(), receive
-        principal = await anyio.to_thread.run_sync(self.store.principal_by_token_hash, hash_token(token))
+        principal = await anyio.to_thread.run_sync(self.store.trust.principal_by_token_hash, hash_token(token))
         if principal is None:
             await audit.record_invalid_token(scope)   # counted per process, bounded (decision 0091)
             return unauthorized("the bearer token is not valid"), receive

@@ -61,7 +61,7 @@ def list_audit(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Quer
     if after_text and not after_text.isdigit():
         raise invalid([("cursor", "is not a cursor returned by this list (pass `next` back unchanged)")])
     after = int(after_text) if after_text else 0
-    rows = ctx.store.audit_rows(after, limit + 1, principal.tenant_id)
+    rows = ctx.store.trust.audit_rows(after, limit + 1, principal.tenant_id)
     page = rows[:limit]
     items = []
     for r in page:

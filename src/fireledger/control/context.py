@@ -10,12 +10,12 @@ from fastapi import Request
 
 from fireledger.clock import Clock
 from fireledger.settings import Settings
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 
 @dataclass(frozen=True)
 class ApiContext:
-    store: SqlStore
+    store: Store
     clock: Clock
     on_definition_change: Callable[[], None]
     allow_private_targets: bool

@@ -167,7 +167,7 @@ class DenialLedger:
         refusals it loses (type only, never content) and does not raise."""
         for i, r in enumerate(rows):
             try:
-                self.store.append_audit(r.tenant_id, r.actor, "denied", r.at_us, None, r.new)
+                self.store.trust.append_audit(r.tenant_id, r.actor, "denied", r.at_us, None, r.new)
             except Exception as err:   # the refusal stands; the failure to audit it is loud
                 lost = sum(int(x.new.get("count", 1)) for x in rows[i:])
                 log.error("could not audit %d denied request(s): %s", lost, type(err).__name__)

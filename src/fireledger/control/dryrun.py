@@ -236,8 +236,8 @@ def dry_run_policy(trigger_id: str, body: PolicyPatch, principal: Principal = De
     out: dict[str, Any] = {"stored": False, "trigger_id": found.trigger.id, "gap": None, "recorded": None,
                            "proposed": None, "replay_matches_record": None,
                            "miss_threshold": duration_s(threshold_us / _US)}
-    fires = ctx.store.last_gap_fires(principal.tenant_id, found.trigger.id)
-    gap_version = ctx.store.get_version(found.trigger.id, fires[0].version) if fires else None
+    fires = ctx.store.registry.last_gap_fires(principal.tenant_id, found.trigger.id)
+    gap_version = ctx.store.registry.get_version(found.trigger.id, fires[0].version) if fires else None
     if not fires or gap_version is None:
         out["message"] = ("no gap recorded: this trigger has never missed an instant (no catch-up, skipped "
                           "or expired fire in its history), so there is nothing to replay")

@@ -28,11 +28,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from fireledger.domain.history_records import ALL_STATES
 from fireledger.domain.keys import FireKey, from_us, to_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
 from fireledger.observe.metrics import LATENESS_BUCKETS
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, parse_instant
-from fireledger.store.history import ALL_STATES
 
 from .auth import require
 from .context import ApiContext, get_ctx
@@ -156,7 +156,7 @@ def fires_page(ctx: ApiContext, tenant_id: str, *, trigger_id: str | None, limit
         raise invalid(errors)
     after: tuple[Any, ...] | None
     after = parse_fire_cursor(cursor) if trigger_id is not None else parse_tenant_cursor(cursor)
-    rows = ctx.store.history_fires(tenant_id, trigger_id=trigger_id, from_us=lo, to_us=hi, states=states,
+    rows = ctx.store.history.history_fires(tenant_id, trigger_id=trigger_id, from_us=lo, to_us=hi, states=states,
                                    after=after, limit=limit + 1, descending=order == "desc")
     page = rows[:limit]
     nxt = None
@@ -206,12 +206,12 @@ def trigger_lateness(ctx: ApiContext, tenant_id: str, trigger_id: str, from_: st
     lo = lo if lo is not None else max(hi - DAY_US, FIRST_INSTANT_US)
     if hi <= lo:
         raise invalid([("from", "must be earlier than `to` (default: now)")])
-    values = ctx.store.lateness_us(tenant_id, trigger_id, lo, hi, cap=LATENESS_CAP + 1)
+    values = ctx.store.history.lateness_us(tenant_id, trigger_id, lo, hi, cap=LATENESS_CAP + 1)
     sampled = len(values) > LATENESS_CAP
     summary = lateness_summary(values[:LATENESS_CAP])
     return {"trigger_id": trigger_id, "from": format_instant(from_us(lo)), "to": format_instant(from_us(hi)),
             "sampled": sampled, **summary,
-            "states": ctx.store.state_counts(tenant_id, lo, hi, trigger_id=trigger_id)}
+            "states": ctx.store.history.state_counts(tenant_id, lo, hi, trigger_id=trigger_id)}
 
 
 @router.get("/fires", response_model=HistoryPage, summary="The tenant's fires across triggers (never payloads)")
@@ -225,7 +225,7 @@ def tenant_fires(trigger_id: str | None = Query(None, max_length=100),
                  cursor: str | None = Query(None, max_length=300),
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    if trigger_id is not None and ctx.store.get_trigger(principal.tenant_id, trigger_id) is None:
+    if trigger_id is not None and ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:
         raise not_found("trigger")
     return fires_page(ctx, principal.tenant_id, trigger_id=trigger_id, limit=limit, cursor=cursor,
                       from_=from_, to=to, state=state, order=order)
@@ -238,7 +238,7 @@ def lateness(trigger_id: str,
              to: str | None = Query(None, max_length=64),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    if ctx.store.get_trigger(principal.tenant_id, trigger_id) is None:
+    if ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:
         raise not_found("trigger")
     return trigger_lateness(ctx, principal.tenant_id, trigger_id, from_, to)
 

@@ -38,7 +38,7 @@ from fireledger.dispatch.signing import SignatureError, verify
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Principal
 from fireledger.security.envelope import PayloadUnreadable, open_secret
-from fireledger.store.dispatching import OutcomeRejected
+from fireledger.store import OutcomeRejected
 
 from .auth import require
 from .bodylimit import CALLBACK_BODY_BYTES
@@ -112,7 +112,7 @@ def _report(body: bytes) -> OutcomeReport:
 def report_outcome(key: str, request: Request, response: Response, body: bytes = Depends(raw_body),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     fk = _key(key)
-    found = ctx.store.outcome_context(fk)
+    found = ctx.store.dispatch.outcome_context(fk)
     if found is None:
         raise not_found("fire")
     fire, target = found
@@ -144,7 +144,7 @@ def report_outcome(key: str, request: Request, response: Response, body: bytes =
         raise conflict(f"the fire is {fire.state} and was never dispatched: no work can have run")
     msg_id = request.headers.get("webhook-id", "")
     try:
-        fresh = ctx.store.record_outcome(fk, report.outcome, now_us, target_id=target.id, msg_id=msg_id[:200],
+        fresh = ctx.store.dispatch.record_outcome(fk, report.outcome, now_us, target_id=target.id, msg_id=msg_id[:200],
                                          replay_window_us=REPLAY_WINDOW_S * 1_000_000)
     except OutcomeRejected as exc:
         if exc.reason == "replayed":
@@ -152,17 +152,17 @@ def report_outcome(key: str, request: Request, response: Response, body: bytes =
         raise conflict(f"the outcome {exc.recorded!r} is already recorded for this fire; it is final") from None
     if not fresh:
         response.status_code = 200
-    recorded = ctx.store.get_outcome(fk)
+    recorded = ctx.store.dispatch.get_outcome(fk)
     assert recorded is not None
     return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}
 
 
 def _deleted(ctx: ApiContext, tenant_id: str, target_id: str) -> str | None:
     """What was deleted of a fire's tenant and target (the tenant first), or None."""
-    tenant = ctx.store.tenant_state(tenant_id)
+    tenant = ctx.store.registry.tenant_state(tenant_id)
     if tenant is None or tenant.get("deleted_us") is not None:
         return "the fire's tenant was deleted"
-    trust = ctx.store.target_trust(target_id)
+    trust = ctx.store.trust.target_trust(target_id)
     if trust is None or trust.deleted_us is not None:
         return f"the fire's target {target_id} was deleted"
     return None
@@ -182,9 +182,9 @@ def callback(secret: str, fire_key: str, outcome: str, *, msg_id: str, timestamp
 def get_outcome(key: str, principal: Principal = Depends(require("reader")),
                 ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     fk = _key(key)
-    if fk.tenant_id != principal.tenant_id or ctx.store.get_fire(fk) is None:
+    if fk.tenant_id != principal.tenant_id or ctx.store.history.get_fire(fk) is None:
         raise not_found("fire")
-    recorded = ctx.store.get_outcome(fk)
+    recorded = ctx.store.dispatch.get_outcome(fk)
     if recorded is None:
         return {"key": str(fk), "outcome": "unknown", "reported_at": None}
     return {"key": str(fk), "outcome": recorded[0], "reported_at": instant(recorded[1])}

@@ -78,12 +78,12 @@ def create_principal(body: PrincipalCreate, response: Response, principal: Princ
     if errors:
         raise invalid(errors)
     limit = max_principals_per_tenant()
-    if ctx.store.count_principals(principal.tenant_id) >= limit:
+    if ctx.store.trust.count_principals(principal.tenant_id) >= limit:
         raise ProblemError(409, f"the tenant has {limit} principals, the limit", slug="limit-reached")
     now_us = ctx.now_us()
     token = new_token()
     p = Principal(new_id("pr"), principal.tenant_id, body.name, frozenset(body.roles), now_us)
-    ctx.store.create_principal_audited(p, hash_token(token), principal.id)
+    ctx.store.trust.create_principal_audited(p, hash_token(token), principal.id)
     response.headers["Location"] = f"/v1/principals/{p.id}"
     return {**principal_view(p), "token": token}
 
@@ -93,7 +93,7 @@ def list_principals(limit: int = Query(100, ge=1, le=1000), cursor: str | None =
                     principal: Principal = Depends(require("admin")),
                     ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)
-    rows = ctx.store.list_principals(principal.tenant_id, after=after, limit=limit + 1)
+    rows = ctx.store.trust.list_principals(principal.tenant_id, after=after, limit=limit + 1)
     page = rows[:limit]
     return {"items": [principal_view(p) for p in page],
             "next": id_cursor(page[-1].id) if len(rows) > limit else None}
@@ -102,7 +102,7 @@ def list_principals(limit: int = Query(100, ge=1, le=1000), cursor: str | None =
 @router.get("/{principal_id}", response_model=PrincipalView, responses={404: {"model": Problem}})
 def get_principal(principal_id: str, principal: Principal = Depends(require("admin")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    p = ctx.store.get_principal(principal.tenant_id, principal_id)
+    p = ctx.store.trust.get_principal(principal.tenant_id, principal_id)
     if p is None:
         raise not_found("principal")
     return principal_view(p)
@@ -113,7 +113,7 @@ def get_principal(principal_id: str, principal: Principal = Depends(require("adm
                summary="Revoke a principal: its token stops working at once")
 def revoke_principal(principal_id: str, principal: Principal = Depends(require("admin")),
                      ctx: ApiContext = Depends(get_ctx)) -> Response:
-    outcome = ctx.store.revoke_principal(principal.tenant_id, principal_id, principal.id, ctx.now_us())
+    outcome = ctx.store.trust.revoke_principal(principal.tenant_id, principal_id, principal.id, ctx.now_us())
     if outcome == "absent":
         raise not_found("principal")
     if outcome == "last-admin":

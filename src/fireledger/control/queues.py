@@ -26,10 +26,10 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from fireledger.domain.dispatch_records import QueueMessage
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Principal, Target
 from fireledger.recurrence import RecurrenceError, format_instant, parse_duration
-from fireledger.store.dispatching import QueueMessage
 
 from .auth import require
 from .context import ApiContext, get_ctx
@@ -94,7 +94,7 @@ class QueueView(BaseModel):
 
 
 def _queue(ctx: ApiContext, principal: Principal, target_id: str) -> Target:
-    t = ctx.store.get_target(principal.tenant_id, target_id)
+    t = ctx.store.registry.get_target(principal.tenant_id, target_id)
     if t is None or t.kind != "queue":
         raise not_found("queue")
     return t
@@ -127,7 +127,7 @@ def _message(ctx: ApiContext, m: QueueMessage) -> dict[str, Any]:
 def queue_stats(target_id: str, principal: Principal = Depends(require("reader")),
                 ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     t = _queue(ctx, principal, target_id)
-    total, visible, oldest = ctx.store.queue_stats(principal.tenant_id, t.id, ctx.now_us())
+    total, visible, oldest = ctx.store.dispatch.queue_stats(principal.tenant_id, t.id, ctx.now_us())
     return {"target_id": t.id, "messages": total, "visible": visible, "oldest_scheduled_instant": instant(oldest)}
 
 
@@ -141,7 +141,8 @@ def pull(target_id: str, body: PullRequest, principal: Principal = Depends(requi
     except RecurrenceError as exc:
         raise invalid([(exc.field, exc.problem)]) from None
     t = _queue(ctx, principal, target_id)
-    got = ctx.store.queue_pull(principal.tenant_id, t.id, ctx.now_us(), body.max, vis // timedelta(microseconds=1))
+    got = ctx.store.dispatch.queue_pull(principal.tenant_id, t.id, ctx.now_us(), body.max,
+                                        vis // timedelta(microseconds=1))
     return {"messages": [_message(ctx, m) for m in got]}
 
 
@@ -158,7 +159,7 @@ def ack(target_id: str, body: AckRequest, principal: Principal = Depends(require
     if errors:
         raise invalid(errors)
     t = _queue(ctx, principal, target_id)
-    oks = ctx.store.queue_ack(principal.tenant_id, t.id, keys)
+    oks = ctx.store.dispatch.queue_ack(principal.tenant_id, t.id, keys)
     return {"acked": [str(k) for k, ok in zip(keys, oks, strict=True) if ok],
             "not_found": [str(k) for k, ok in zip(keys, oks, strict=True) if not ok]}
 

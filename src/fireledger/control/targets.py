@@ -26,8 +26,10 @@ from pydantic import BaseModel, Field
 from fireledger.dispatch.internal import PREFIX as INTERNAL_PREFIX
 from fireledger.dispatch.internal import name_problem
 from fireledger.domain.keys import new_id
-from fireledger.domain.model import Principal, Target
+from fireledger.domain.model import Principal, Target, TargetKind, VerificationState
+from fireledger.domain.trust_records import TargetTrust
 from fireledger.security.egress import EgressPolicy
+from fireledger.security.envelope import sealed_target
 from fireledger.security.limits import max_targets_per_tenant
 from fireledger.security.targets import (
     VERIFICATION_TTL_S,
@@ -36,7 +38,6 @@ from fireledger.security.targets import (
     prove_ownership,
     verification_response,
 )
-from fireledger.store.trust import TargetTrust
 
 from .auth import require
 from .context import ApiContext, get_ctx
@@ -148,14 +149,15 @@ def create_target(body: TargetCreate, response: Response, principal: Principal =
     if errors:
         raise invalid(errors)
     limit = max_targets_per_tenant()
-    if ctx.store.count_targets(principal.tenant_id) >= limit:
+    if ctx.store.registry.count_targets(principal.tenant_id) >= limit:
         raise ProblemError(409, f"the tenant has {limit} targets, the limit", slug="limit-reached")
     target = Target(
-        id=new_id("tg"), tenant_id=principal.tenant_id, kind=body.kind, url=url,
-        secret=new_signing_secret(), verification_state="unverified" if body.kind == "http" else "verified",
+        id=new_id("tg"), tenant_id=principal.tenant_id, kind=TargetKind(body.kind), url=url,
+        secret=new_signing_secret(),
+        verification_state=VerificationState.UNVERIFIED if body.kind == "http" else VerificationState.VERIFIED,
         verification_token=secrets.token_urlsafe(24), created_us=ctx.now_us(),
     )
-    ctx.store.create_target_audited(target, principal.id)
+    ctx.store.registry.create_target_audited(sealed_target(ctx.store, target), principal.id)
     response.headers["Location"] = f"/v1/targets/{target.id}"
     return view(ctx.store, target, None, secret=target.secret)
 
@@ -165,19 +167,19 @@ def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Qu
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)
-    rows = ctx.store.list_targets(principal.tenant_id, after=after, limit=limit + 1)
+    rows = ctx.store.registry.list_targets(principal.tenant_id, after=after, limit=limit + 1)
     page = rows[:limit]
-    return {"items": [view(ctx.store, t, ctx.store.target_trust(t.id)) for t in page],
+    return {"items": [view(ctx.store, t, ctx.store.trust.target_trust(t.id)) for t in page],
             "next": id_cursor(page[-1].id) if len(rows) > limit else None}
 
 
 @router.get("/{target_id}", response_model=TargetOut, responses={404: {"model": Problem}})
 def get_target(target_id: str, principal: Principal = Depends(require("reader")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    t = ctx.store.get_target(principal.tenant_id, target_id)
+    t = ctx.store.registry.get_target(principal.tenant_id, target_id)
     if t is None:
         raise not_found("target")
-    return view(ctx.store, t, ctx.store.target_trust(t.id))
+    return view(ctx.store, t, ctx.store.trust.target_trust(t.id))
 
 
 @router.post("/{target_id}/verify", response_model=TargetOut,
@@ -185,7 +187,7 @@ def get_target(target_id: str, principal: Principal = Depends(require("reader"))
              summary="Prove ownership: fetch the challenge on the target's origin (state verified or failed)")
 async def verify_target(target_id: str, principal: Principal = Depends(require("admin")),
                         ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    t = await anyio.to_thread.run_sync(ctx.store.get_target, principal.tenant_id, target_id)
+    t = await anyio.to_thread.run_sync(ctx.store.registry.get_target, principal.tenant_id, target_id)
     if t is None:
         raise not_found("target")
     if t.kind != "http" or not t.url:
@@ -199,13 +201,13 @@ async def verify_target(target_id: str, principal: Principal = Depends(require("
         state, verified, expires = "verified", now_us, now_us + VERIFICATION_TTL_S * 1_000_000
     else:
         state, verified, expires = "failed", None, None
-    ok = await anyio.to_thread.run_sync(partial(ctx.store.set_target_verification, addresses=addresses),
+    ok = await anyio.to_thread.run_sync(partial(ctx.store.trust.set_target_verification, addresses=addresses),
                                         principal.tenant_id, t.id, state, verified, expires, cause,
                                         principal.id, now_us)
     if not ok:
         raise not_found("target")
     forget_cached(t.id)
-    trust = await anyio.to_thread.run_sync(ctx.store.target_trust, t.id)
+    trust = await anyio.to_thread.run_sync(ctx.store.trust.target_trust, t.id)
     return view(ctx.store, t, trust)
 
 
@@ -214,7 +216,7 @@ async def verify_target(target_id: str, principal: Principal = Depends(require("
                summary="Delete a target (refused while a live trigger uses it)")
 def delete_target(target_id: str, principal: Principal = Depends(require("admin")),
                   ctx: ApiContext = Depends(get_ctx)) -> Response:
-    outcome = ctx.store.delete_target_audited(principal.tenant_id, target_id, principal.id, ctx.now_us())
+    outcome = ctx.store.registry.delete_target_audited(principal.tenant_id, target_id, principal.id, ctx.now_us())
     if outcome == "absent":
         raise not_found("target")
     if outcome.startswith("in-use:"):

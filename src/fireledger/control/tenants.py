@@ -10,7 +10,7 @@ import secrets
 
 from fireledger.domain.keys import new_id
 from fireledger.domain.model import Principal, Tenant
-from fireledger.store import SqlStore
+from fireledger.store import Store
 
 ALL_ROLES: frozenset[str] = frozenset({"author", "policy", "backfill", "reader", "admin"})
 TOKEN_PREFIX = "fl_"
@@ -36,7 +36,7 @@ def validate_tenant_name(name: str) -> str:
     return text
 
 
-def create_tenant(store: SqlStore, name: str, now_us: int,
+def create_tenant(store: Store, name: str, now_us: int,
                   roles: frozenset[str] = ALL_ROLES, actor: str = "operator") -> tuple[str, str]:
     """Create a tenant and its first principal, audited as done by ``actor``; return
     ``(tenant_id, token)``. The token is not stored (only its hash) and cannot be shown again.
@@ -45,5 +45,5 @@ def create_tenant(store: SqlStore, name: str, now_us: int,
     tenant = Tenant(new_id("tn"), name, now_us)
     token = new_token()
     principal = Principal(new_id("pr"), tenant.id, "owner", roles, now_us)
-    store.create_tenant_audited(tenant, principal, hash_token(token), actor)
+    store.trust.create_tenant_audited(tenant, principal, hash_token(token), actor)
     return tenant.id, token

@@ -97,11 +97,11 @@ def list_triggers(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Q
                   principal: Principal = Depends(require("reader")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)
-    rows = ctx.store.list_triggers(principal.tenant_id, after=after, limit=limit + 1)
+    rows = ctx.store.registry.list_triggers(principal.tenant_id, after=after, limit=limit + 1)
     page = rows[:limit]
     items = []
     for t in page:
-        v = ctx.store.get_version(t.id, t.current_version)
+        v = ctx.store.registry.get_version(t.id, t.current_version)
         if v is not None:
             items.append(trigger_view(t, v))
     return {"items": items, "next": id_cursor(page[-1].id) if len(rows) > limit else None}
@@ -221,7 +221,7 @@ def get_fire(key: str, principal: Principal = Depends(require("reader")),
         raise not_found("fire") from None
     if fk.tenant_id != principal.tenant_id:
         raise not_found("fire")
-    fire = ctx.store.get_fire(fk)
+    fire = ctx.store.history.get_fire(fk)
     if fire is None:
         raise not_found("fire")
     return fire_view(fire)

@@ -30,6 +30,7 @@ from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
+from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
 from fireledger.observe.logs import attempt_fields
@@ -38,8 +39,7 @@ from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
 from fireledger.settings import Settings
-from fireledger.store import Settlement, SqlStore
-from fireledger.store.dispatching import ClaimedJob, ClaimResult
+from fireledger.store import Store
 
 from . import shaping
 from .credentials import KeyRingFile, authorization_header, body_sha256, mint
@@ -74,7 +74,7 @@ class Dispatcher:
     config's; ``internal`` is the registry of ``internal`` targets (the process-wide one by default).
     """
 
-    def __init__(self, store: SqlStore, clock: Clock, node_id: str, *,
+    def __init__(self, store: Store, clock: Clock, node_id: str, *,
                  lanes: tuple[str, ...] = LANES, concurrency: int | None = None, batch: int | None = None,
                  idle_s: float = 0.5, sender: HttpSender | None = None, keys: KeyRingFile | None = None,
                  issuer: str = "http://127.0.0.1:8080", config: DispatchConfig | None = None,
@@ -119,12 +119,12 @@ class Dispatcher:
         self._own_step_sender = False
 
     @classmethod
-    def from_env(cls, store: SqlStore, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
+    def from_env(cls, store: Store, clock: Clock, node_id: str, **kw: Any) -> Dispatcher:
         """:meth:`from_settings` with the settings read from the environment now."""
         return cls.from_settings(store, clock, node_id, Settings.from_env(), **kw)
 
     @classmethod
-    def from_settings(cls, store: SqlStore, clock: Clock, node_id: str, settings: Settings, **kw: Any) -> Dispatcher:
+    def from_settings(cls, store: Store, clock: Clock, node_id: str, settings: Settings, **kw: Any) -> Dispatcher:
         """A dispatcher configured by ``settings`` (lanes, concurrency: :mod:`fireledger.dispatch.lanes`),
         after importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
         load_modules(settings.internal_modules)
@@ -249,7 +249,7 @@ class Dispatcher:
             log.error("attempt %d of a fire of trigger %s failed unexpectedly (%s); recorded with that cause",
                       job.attempt, f.trigger_id, type(exc).__name__)
             if not recorded:
-                self._results.append(settle_on_error(job, res, exc))
+                self._results.append(settle_on_error(job, res, exc, self.clock.now().latest_us))
         finally:
             if self._flush_event is not None:
                 self._flush_event.set()
@@ -290,7 +290,8 @@ class Dispatcher:
                       batch: list[Settlement]) -> int:
         """Record one batch of attempt results in one store call (``settle_dispatch``) and return how
         many the store recorded; raises, recording nothing, when the store refuses the batch as a whole."""
-        oks = await loop.run_in_executor(executor, self.store.settle_dispatch, batch, self.clock.now().latest_us)
+        oks = await loop.run_in_executor(executor, self.store.dispatch.settle_dispatch, batch,
+                                         self.clock.now().latest_us)
         self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True) if ok and s.state == "delivered")
         if any(s.state == "pending" for s in batch):
             self.wake()
@@ -300,8 +301,8 @@ class Dispatcher:
 
     def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
         now = self.clock.now()
-        return self.store.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                       LEASE_MARGIN_US)
+        return self.store.dispatch.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
+                                                LEASE_MARGIN_US)
 
     def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane

@@ -16,12 +16,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fireledger.domain.dispatch_records import ClaimSnapshot, Settlement, ShapedDecision
 from fireledger.domain.instants import after_us
 from fireledger.domain.keys import from_us
-from fireledger.domain.model import DispatchJob, Fire
+from fireledger.domain.model import AttemptResult, DispatchJob, Fire, FireState
 from fireledger.recurrence import format_instant
-from fireledger.store import Settlement
-from fireledger.store.dispatching import ClaimSnapshot, ShapedDecision
+from fireledger.store.engine import is_database_error
 
 from . import shaping
 from .http import HttpResult
@@ -60,10 +60,10 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     """
     status = res.http_status
     if res.outcome == "delivered":
-        return Settlement(job, "delivered", status, None, "delivered", None, None)
+        return Settlement(job, AttemptResult.DELIVERED, status, None, FireState.DELIVERED, None, None)
     if res.outcome == "failed":
         cause = f"failed: HTTP {status} is final" if status else f"failed: {res.error}"
-        return Settlement(job, "failed", status, res.error, "failed", cause, None)
+        return Settlement(job, AttemptResult.FAILED, status, res.error, FireState.FAILED, cause, None)
     ra = res.retry_after_s
     if ra is not None and not (isinstance(ra, int | float) and math.isfinite(ra) and ra >= 0):
         ra = None
@@ -73,24 +73,36 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     what = f"HTTP {status}" if status else (res.error or "no answer")
     if delay is None:
         if res.outcome == "unknown":
-            return Settlement(job, "unknown", status, res.error, "unknown",
+            return Settlement(job, AttemptResult.UNKNOWN, status, res.error, FireState.UNKNOWN,
                               f"unknown: no answer within {job.policies.timeout_s:g}s and no attempts left", None)
-        return Settlement(job, res.outcome, status, res.error, "failed",
+        return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.FAILED,
                           f"failed: retries exhausted after {job.attempt} attempts (last: {what})", None)
-    return Settlement(job, res.outcome, status, res.error, "pending", None, after_us(now_us, delay))
+    return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.PENDING, None,
+                      after_us(now_us, delay))
 
 
-def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException) -> Settlement:
+#: A store that failed while an attempt was being prepared (a failover, a lost connection): the fire
+#: is tried again under the same key this long after the failure (issue 16).
+STORE_RETRY_US = 1_000_000
+
+
+def settle_on_error(job: DispatchJob, res: HttpResult | None, exc: BaseException,
+                    now_us: int | None = None) -> Settlement:
     """The settlement of an attempt during which this process raised ``exc`` unexpectedly: never
     nothing (an attempt that settles nothing would be re-leased forever). The cause names the
     exception class only (its message may carry payload data). The fire ends ``unknown`` when the
-    request may have reached the target (``res.sent``), else ``failed``: a bug or a broken part of
-    this process is not something a retry under the same key can be expected to fix."""
+    request may have reached the target (``res.sent``). Not sent because the *store* failed (a
+    database error while the target was re-checked, e.g. during a PostgreSQL failover; ``now_us``
+    given): a further attempt under the same key :data:`STORE_RETRY_US` later. Otherwise ``failed``:
+    a bug or a broken part of this process is not something a retry can be expected to fix."""
     what = type(exc).__name__
     if res is not None and res.sent:
-        return Settlement(job, "unknown", res.http_status, f"dispatch error: {what}", "unknown",
+        return Settlement(job, AttemptResult.UNKNOWN, res.http_status, f"dispatch error: {what}", FireState.UNKNOWN,
                           f"unknown: the attempt was sent, then this process failed ({what})", None)
-    return Settlement(job, "failed", None, f"dispatch error: {what}", "failed",
+    if now_us is not None and is_database_error(exc):
+        return Settlement(job, AttemptResult.RETRY, None, f"store error: {what}", FireState.PENDING, None,
+                          now_us + STORE_RETRY_US)
+    return Settlement(job, AttemptResult.FAILED, None, f"dispatch error: {what}", FireState.FAILED,
                       f"failed: not sent: the dispatch process failed preparing the attempt ({what})", None)
 
 

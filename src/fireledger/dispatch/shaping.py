@@ -176,6 +176,45 @@ def bucket_keys(candidates: Mapping[str, Sequence[Candidate]], config: DispatchC
     return sorted(keys)
 
 
+@dataclass
+class _Round:
+    """The working state of one :func:`shape` call: bucket states as charged so far, attempts in
+    flight per tenant, this process's free slots, what was taken, and the plan being built."""
+
+    now_us: int
+    tenants: Mapping[str, TenantQuota]
+    config: DispatchConfig
+    state: dict[str, int]
+    busy: dict[str, int]
+    free_total: int
+    free_lane: dict[str, int]
+    free_over: int
+    plan: Plan = field(default_factory=Plan)
+    taken: set[tuple[str, str, int, int]] = field(default_factory=set)
+
+    def quota(self, tenant_id: str) -> TenantQuota:
+        return self.tenants.get(tenant_id, _DEFAULT_QUOTA)
+
+    def wake(self, at_us: int) -> None:
+        if at_us > self.now_us and (self.plan.wake_us is None or at_us < self.plan.wake_us):
+            self.plan.wake_us = at_us
+
+    def set_tat(self, key: str, value: int) -> None:
+        self.state[key] = value
+        self.plan.tats[key] = value
+
+
+_DEFAULT_QUOTA = TenantQuota()
+
+#: The admission passes, in service order (the published shedding order reversed).
+_PASSES: tuple[tuple[str, Admission], ...] = (
+    (Lane.ON_TIME.value, Admission.ON_TIME),
+    (Lane.ON_TIME.value, Admission.OVER_QUOTA),
+    (Lane.CATCH_UP.value, Admission.CATCH_UP),
+    (Lane.BACKFILL.value, Admission.BACKFILL),
+)
+
+
 def shape(now_us: int, candidates: Mapping[str, Sequence[Candidate]], tenants: Mapping[str, TenantQuota],
           inflight: Mapping[str, int], tats: Mapping[str, int], capacity: Capacity,
           config: DispatchConfig) -> Plan:
@@ -185,100 +224,111 @@ def shape(now_us: int, candidates: Mapping[str, Sequence[Candidate]], tenants: M
     ``inflight`` counts each tenant's attempts in flight in *every* process (live leases);
     ``tats`` is the current state of the buckets named by :func:`bucket_keys` (absent: idle).
     A tenant missing from ``tenants`` gets the default :class:`TenantQuota`.
+
+    Over-quota work is served from this process's *leftover capacity* (decision 0120): the slots
+    left free after every in-quota candidate offered to this claim, up to ``capacity.over_quota``.
+    Its tenant's bucket is still charged, with a bounded debt, but the debt never holds it back:
+    a second process reading the same bucket sees the same debt and serves the tenant's over-quota
+    work from its own leftover slots. Only the tenant's in-flight quota (shared by every process)
+    and the processes' free slots bound it.
     """
-    plan = Plan()
-    state = dict(tats)
-    busy = dict(inflight)
-    free_total = capacity.total
-    free_lane = dict(capacity.lanes)
-    free_over = capacity.over_quota
-    taken: set[tuple[str, str, int, int]] = set()
-    default = TenantQuota()
+    r = _Round(now_us, tenants, config, dict(tats), dict(inflight), capacity.total, dict(capacity.lanes),
+               capacity.over_quota)
+    for lane, cls in _PASSES:
+        _admit_pass(r, lane, cls, candidates.get(lane, ()))
+    _count_waiting(r, candidates)
+    return r.plan
+
+
+def _admit_pass(r: _Round, lane: str, cls: Admission, cands: Sequence[Candidate]) -> None:
+    """One class's pass over its lane's candidates, in the store's fair order, until this process
+    has no slot left for it (or the lane's global rate holds it back)."""
+    lane_cfg = r.config.lane(lane)
+    lane_rate = None if lane_cfg.rate is None else Rate(lane_cfg.rate, lane_cfg.burst)
+    for c in cands:
+        if r.free_total <= 0 or r.free_lane.get(lane, 0) <= 0:
+            break
+        if cls == Admission.OVER_QUOTA and r.free_over <= 0:
+            break
+        if c.key in r.taken:
+            continue
+        q = r.quota(c.tenant_id)
+        if r.busy.get(c.tenant_id, 0) >= q.inflight:
+            continue
+        if lane_rate is not None:
+            lk = lane_key(lane)
+            if not conforms(r.state.get(lk, 0), r.now_us, lane_rate):
+                r.wake(next_conforming(r.state.get(lk, 0), lane_rate))
+                break
+        if q.fires_per_s <= 0:
+            continue  # a tenant with no quota sends nothing
+        got = _admission(r, c, q, cls, lane)
+        if got is not None:
+            _take(r, c, q, got, lane, lane_rate)
+
+
+def _admission(r: _Round, c: Candidate, q: TenantQuota, cls: Admission, lane: str) -> Admission | None:
+    """The class ``c`` is admitted as in this pass (None: not now), charging a recovery lane's pace
+    bucket when it is admitted there."""
+    quota = quota_rate(q, r.config)
+    qtat = r.state.get(quota_key(c.tenant_id), 0)
+    within = conforms(qtat, r.now_us, quota)
+    if cls == Admission.ON_TIME:
+        if not within:
+            r.wake(next_conforming(qtat, quota))
+            return None          # offered again in the next pass, as over-quota work
+        return cls
+    if cls == Admission.OVER_QUOTA:
+        return Admission.ON_TIME if within else cls
+    pace = Rate(q.fires_per_s * q.catchup_fraction, 1.0) if q.catchup_fraction > 0 else None
+    if pace is None:
+        return None
+    rk = recovery_key(lane, c.tenant_id)
+    rtat = r.state.get(rk, 0)
+    if not conforms(rtat, r.now_us, pace):
+        r.wake(next_conforming(rtat, pace))
+        return None
+    if not within:
+        r.wake(next_conforming(qtat, quota))
+        return None
+    r.set_tat(rk, charge(rtat, r.now_us, pace))
+    return cls
+
+
+def _take(r: _Round, c: Candidate, q: TenantQuota, got: Admission, lane: str, lane_rate: Rate | None) -> None:
+    """Admit ``c`` as ``got``: charge its tenant's quota (over quota: a debt capped at
+    ``over_quota_debt_s`` past the burst) and the lane's rate, and take the slots."""
+    qk = quota_key(c.tenant_id)
+    quota = quota_rate(q, r.config)
+    qtat = r.state.get(qk, 0)
+    new_q = charge(qtat, r.now_us, quota)
+    if got == Admission.OVER_QUOTA:
+        cap = math.ceil(r.now_us + quota.limit_us + r.config.over_quota_debt_s * 1e6)
+        new_q = max(qtat, min(new_q, cap))
+    r.set_tat(qk, new_q)
+    if lane_rate is not None:
+        lk = lane_key(lane)
+        r.set_tat(lk, charge(r.state.get(lk, 0), r.now_us, lane_rate))
+    r.plan.admitted.append((c, got))
+    r.taken.add(c.key)
+    r.busy[c.tenant_id] = r.busy.get(c.tenant_id, 0) + 1
+    r.free_total -= 1
+    r.free_lane[lane] = r.free_lane.get(lane, 0) - 1
+    if got == Admission.OVER_QUOTA:
+        r.free_over -= 1
+
+
+def _count_waiting(r: _Round, candidates: Mapping[str, Sequence[Candidate]]) -> None:
+    """Count the candidates left waiting, by the class they were offered for (an on-time fire of a
+    tenant past its quota waits as over-quota work)."""
     on_time = Lane.ON_TIME.value
-
-    def wake(at_us: int) -> None:
-        if at_us > now_us and (plan.wake_us is None or at_us < plan.wake_us):
-            plan.wake_us = at_us
-
-    def set_tat(key: str, value: int) -> None:
-        state[key] = value
-        plan.tats[key] = value
-
-    passes: tuple[tuple[str, Admission], ...] = (
-        (on_time, Admission.ON_TIME),
-        (on_time, Admission.OVER_QUOTA),
-        (Lane.CATCH_UP.value, Admission.CATCH_UP),
-        (Lane.BACKFILL.value, Admission.BACKFILL),
-    )
-    for lane, cls in passes:
-        lane_cfg = config.lane(lane)
-        lane_rate = None if lane_cfg.rate is None else Rate(lane_cfg.rate, lane_cfg.burst)
-        for c in candidates.get(lane, ()):
-            if free_total <= 0 or free_lane.get(lane, 0) <= 0:
-                break
-            if cls == Admission.OVER_QUOTA and free_over <= 0:
-                break
-            if c.key in taken:
-                continue
-            q = tenants.get(c.tenant_id, default)
-            if busy.get(c.tenant_id, 0) >= q.inflight:
-                continue
-            if lane_rate is not None:
-                lk = lane_key(lane)
-                if not conforms(state.get(lk, 0), now_us, lane_rate):
-                    wake(next_conforming(state.get(lk, 0), lane_rate))
-                    break
-            if q.fires_per_s <= 0:
-                continue  # a tenant with no quota sends nothing
-            qk = quota_key(c.tenant_id)
-            quota = quota_rate(q, config)
-            qtat = state.get(qk, 0)
-            within = conforms(qtat, now_us, quota)
-            got = cls
-            if cls == Admission.ON_TIME:
-                if not within:
-                    wake(next_conforming(qtat, quota))
-                    continue          # offered again below, as over-quota work
-            elif cls == Admission.OVER_QUOTA:
-                if within:
-                    got = Admission.ON_TIME
-            else:
-                pace = Rate(q.fires_per_s * q.catchup_fraction, 1.0) if q.catchup_fraction > 0 else None
-                if pace is None:
-                    continue
-                rk = recovery_key(lane, c.tenant_id)
-                rtat = state.get(rk, 0)
-                if not conforms(rtat, now_us, pace):
-                    wake(next_conforming(rtat, pace))
-                    continue
-                if not within:
-                    wake(next_conforming(qtat, quota))
-                    continue
-                set_tat(rk, charge(rtat, now_us, pace))
-            new_q = charge(qtat, now_us, quota)
-            if got == Admission.OVER_QUOTA:
-                # A bounded debt: at most ``over_quota_debt_s`` of quota past the burst.
-                cap = math.ceil(now_us + quota.limit_us + config.over_quota_debt_s * 1e6)
-                new_q = max(qtat, min(new_q, cap))
-            set_tat(qk, new_q)
-            if lane_rate is not None:
-                lk = lane_key(lane)
-                set_tat(lk, charge(state.get(lk, 0), now_us, lane_rate))
-            plan.admitted.append((c, got))
-            taken.add(c.key)
-            busy[c.tenant_id] = busy.get(c.tenant_id, 0) + 1
-            free_total -= 1
-            free_lane[lane] = free_lane.get(lane, 0) - 1
-            if got == Admission.OVER_QUOTA:
-                free_over -= 1
     for lane, cands in candidates.items():
         for c in cands:
-            if c.key in taken:
+            if c.key in r.taken:
                 continue
             name = lane
-            q = tenants.get(c.tenant_id, default)
+            q = r.quota(c.tenant_id)
             if lane == on_time and (q.fires_per_s <= 0 or not conforms(
-                    state.get(quota_key(c.tenant_id), 0), now_us, quota_rate(q, config))):
+                    r.state.get(quota_key(c.tenant_id), 0), r.now_us, quota_rate(q, r.config))):
                 name = Admission.OVER_QUOTA.value
-            plan.waiting[name] = plan.waiting.get(name, 0) + 1
-    return plan
+            r.plan.waiting[name] = r.plan.waiting.get(name, 0) + 1

@@ -60,6 +60,20 @@ TERMINAL_STATES = frozenset(
 )
 
 
+class TargetKind(StrEnum):
+    HTTP = "http"          # an endpoint that receives signed POSTs
+    QUEUE = "queue"        # a tenant-owned queue inside fireledger, pulled at /v1/queues
+    INTERNAL = "internal"  # a registered Python callable
+
+
+class VerificationState(StrEnum):
+    """A target's ownership verification (an ``http`` target starts ``unverified``)."""
+
+    UNVERIFIED = "unverified"
+    VERIFIED = "verified"
+    FAILED = "failed"
+
+
 class AttemptResult(StrEnum):
     DELIVERED = "delivered"
     RETRY = "retry"
@@ -113,10 +127,10 @@ class Trigger:
 class Target:
     id: str
     tenant_id: str
-    kind: str
+    kind: TargetKind
     url: str | None
     secret: str
-    verification_state: str
+    verification_state: VerificationState
     verification_token: str
     created_us: int
 
@@ -226,7 +240,7 @@ class Attempt:
     number: int
     started_us: int
     finished_us: int | None
-    result: str | None
+    result: AttemptResult | None
     http_status: int | None
     error: str | None
     node: str
@@ -239,9 +253,9 @@ class Fire:
     scheduled_us: int
     seq: int
     version: int
-    kind: str
-    lane: str
-    state: str
+    kind: FireKind
+    lane: Lane
+    state: FireState
     cause: str | None
     decided_us: int
     decided_by: str

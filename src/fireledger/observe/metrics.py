@@ -19,6 +19,13 @@ Two sources, one exposition:
     ``fireledger_node_heartbeat_age_seconds{node,role}``, ``fireledger_node_shedding{node,role}`` —
     from ``nodes`` (running nodes only).
   - ``fireledger_store_up`` — 0 when the store could not be read (the scrape still answers).
+  - ``fireledger_store_role{role}`` — 1 for the role of the server this process reaches (``primary``,
+    ``standby``, ``embedded``, ``unreachable``; :mod:`fireledger.store.role`);
+    ``fireledger_store_synchronous`` — 1 while the primary's commits wait for a synchronous standby
+    (0: none streams, e.g. pg_auto_failover dropped to asynchronous after losing the standby);
+    ``fireledger_store_sync_standbys``; ``fireledger_store_timeline`` — the primary's WAL timeline
+    (every promotion increments it); ``fireledger_store_failovers_total`` — primary changes (another
+    server or a higher timeline) this process has seen between its scrapes.
 
   The store's answers are reused for :data:`STORE_METRICS_TTL_S` (1 s): a scrape storm costs the
   store one reading a second.
@@ -36,7 +43,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from fireledger.store.role import ROLES, FailoverWatch, read_role
 
 log = logging.getLogger("fireledger.observe")
 
@@ -89,7 +98,7 @@ class Metrics:
 class StoreCollector:
     """Cluster-wide metrics computed from the store at scrape time (see the module docstring).
 
-    ``store`` is a :class:`~fireledger.store.SqlStore`; ``clock`` a :class:`~fireledger.clock.Clock`
+    ``store`` is a :class:`~fireledger.store.Store`; ``clock`` a :class:`~fireledger.clock.Clock`
     (ages are measured from its *earliest* bound, so they are never overstated).
 
     The store's answers are cached for ``ttl_s`` seconds of this process's monotonic time (default
@@ -107,6 +116,7 @@ class StoreCollector:
         self.monotonic = monotonic   # the cache's age is read from this (tests step it)
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Metric]] | None = None
+        self.failovers = FailoverWatch()
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
@@ -121,18 +131,36 @@ class StoreCollector:
         with self._lock:   # concurrent scrapes wait for one reading instead of each making their own
             now = self.monotonic()
             if self._cached is None or now - self._cached[0] >= self.ttl_s or self.ttl_s == 0:
-                self._cached = (now, list(self._read()))
+                self._cached = (now, [*self._read_role(), *self._read()])
             families = self._cached[1]
         return iter(families)
+
+    def _read_role(self) -> Iterator[Metric]:
+        """The store's role families (:mod:`fireledger.store.role`), read before anything else."""
+        reading = read_role(self.store)
+        count = self.failovers.observe(reading)
+        role = GaugeMetricFamily("fireledger_store_role", "1 for the role of the store server this process "
+                                 "reaches", labels=["role"])
+        for name in ROLES:
+            role.add_metric([name], 1.0 if reading.role == name else 0.0)
+        yield role
+        yield GaugeMetricFamily("fireledger_store_synchronous", "1 while commits wait for a synchronous standby",
+                                value=1.0 if reading.synchronous else 0.0)
+        yield GaugeMetricFamily("fireledger_store_sync_standbys", "Streaming synchronous standbys of the primary",
+                                value=float(reading.sync_standbys))
+        yield GaugeMetricFamily("fireledger_store_timeline", "WAL timeline of the primary (each promotion "
+                                "increments it; 0: not a PostgreSQL primary)", value=float(reading.timeline))
+        yield CounterMetricFamily("fireledger_store_failovers", "Primary changes this process has seen",
+                                  value=float(count))
 
     def _read(self) -> Iterator[Metric]:
         now_us = self.clock.now().earliest_us
         up = GaugeMetricFamily("fireledger_store_up", "1 when the store answered this scrape")
         try:
-            waiting = self.store.due_waiting_by_partition(now_us)
-            depths = self.store.lane_depths()
-            leases = self.store.lease_rows()
-            nodes = self.store.node_rows()
+            waiting = self.store.history.due_waiting_by_partition(now_us)
+            depths = self.store.history.lane_depths()
+            leases = self.store.history.lease_rows()
+            nodes = self.store.history.node_rows()
         except Exception as exc:   # the scrape must answer even when the store does not
             log.warning("metrics: the store could not be read: %s", type(exc).__name__)
             up.add_metric([], 0.0)

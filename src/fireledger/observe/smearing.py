@@ -126,14 +126,14 @@ def smearing_report(store: Any, from_us: int, to_us: int, tenant_ids: Iterable[s
     tenant of the store). Read only; pages through the ledger ``PAGE`` rows at a time."""
     tally = _Tally()
     jitter: dict[tuple[str, int], int] = {}
-    for tenant_id in (store.tenant_ids() if tenant_ids is None else tenant_ids):
+    for tenant_id in (store.history.tenant_ids() if tenant_ids is None else tenant_ids):
         after: tuple[int, str, int] | None = None
         while True:
-            rows = store.smear_rows(tenant_id, from_us, to_us, after=after, limit=PAGE)
+            rows = store.history.smear_rows(tenant_id, from_us, to_us, after=after, limit=PAGE)
             for trigger_id, version, scheduled_us, _seq, dispatched_us in rows:
                 j = jitter.get((trigger_id, version))
                 if j is None:
-                    j = jitter[(trigger_id, version)] = store.version_jitter_s(trigger_id, version)
+                    j = jitter[(trigger_id, version)] = store.registry.version_jitter_s(trigger_id, version)
                 tally.add(trigger_id, scheduled_us, dispatched_us, j)
             if len(rows) < PAGE:
                 break

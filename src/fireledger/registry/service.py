@@ -49,11 +49,11 @@ from fireledger.domain.model import (
     TriggerVersion,
 )
 from fireledger.domain.partition import partition_of
+from fireledger.domain.trust_records import AuditNote
 from fireledger.recurrence import TZDATA_VERSION, Recurrence, RecurrenceError, compile_spec, format_duration
 from fireledger.security.envelope import seal_payload
 from fireledger.security.limits import trigger_input_problems, trigger_limit_problem
-from fireledger.store import SqlStore
-from fireledger.store.trust import AuditNote
+from fireledger.store import Store
 
 from . import checks
 from .errors import Conflict, Invalid, LimitReached, NotFound
@@ -112,7 +112,7 @@ class Registry:
     """Definition acts over one store (module docstring). Cheap to build: holds no state but the
     store and the wake-up hook, so a surface may build one per request."""
 
-    def __init__(self, store: SqlStore, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, store: Store, on_change: Callable[[], None] | None = None) -> None:
         self.store = store
         self._on_change = on_change
 
@@ -129,20 +129,20 @@ class Registry:
     def current(self, tenant_id: str, trigger_id: str) -> Current:
         """The tenant's trigger and its current version. ``NotFound("trigger")`` when absent, deleted
         or another tenant's (reported alike)."""
-        t = self.store.get_trigger(tenant_id, trigger_id)
+        t = self.store.registry.get_trigger(tenant_id, trigger_id)
         if t is None:
             raise NotFound("trigger")
-        v = self.store.get_version(t.id, t.current_version)
+        v = self.store.registry.get_version(t.id, t.current_version)
         if v is None or v.tenant_id != tenant_id:
             raise NotFound("trigger")
         return Current(t, v)
 
     def current_any(self, trigger_id: str) -> Current:
         """Any tenant's trigger by id (operator commands). ``NotFound`` when absent or deleted."""
-        t = self.store.trigger_by_id(trigger_id)
+        t = self.store.history.trigger_by_id(trigger_id)
         if t is None or t.state == TriggerState.DELETED:
             raise NotFound("trigger")
-        v = self.store.get_version(t.id, t.current_version)
+        v = self.store.registry.get_version(t.id, t.current_version)
         if v is None:
             raise NotFound("trigger version")
         return Current(t, v)
@@ -206,12 +206,12 @@ class Registry:
         the target and the schedule). ``audited``: the fields set by the client (a policy field
         among them writes the ``trigger.policy`` row). ``trigger_id`` / ``partition`` replace the new
         id and the partition hash (tests placing a trigger in a chosen partition); by default the
-        partition is ``partition_of(id, store.partition_count())``."""
+        partition is ``partition_of(id, store.timing.partition_count())``."""
         tid = trigger_id or new_id("tr")
-        part = partition_of(tid, self.store.partition_count()) if partition is None else partition
+        part = partition_of(tid, self.store.timing.partition_count()) if partition is None else partition
         trigger, version = self._rows(tenant_id, d, now_us, tid, part)
         audit = policy_audit(tenant_id, actor, trigger.id, None, d.policies, audited, now_us)
-        self.store.create_trigger(trigger, version, d.next_us, audit=audit)
+        self.store.registry.create_trigger(trigger, version, d.next_us, audit=audit)
         self._changed()
         return Current(trigger, version)
 
@@ -220,13 +220,13 @@ class Registry:
         """:meth:`create_checked` for many definitions of one tenant, one transaction per ``batch``
         (each batch all or nothing; earlier batches stay). For bulk loading (benchmarks,
         falsification). Returns the number created."""
-        partitions = self.store.partition_count()
+        partitions = self.store.timing.partition_count()
         count = 0
         items: list[tuple[Trigger, TriggerVersion, int | None]] = []
         audits: list[AuditNote] = []
 
         def flush() -> None:
-            self.store.create_triggers(items, audits)
+            self.store.registry.create_triggers(items, audits)
             items.clear()
             audits.clear()
 
@@ -299,7 +299,7 @@ class Registry:
                                  if "payload" in fields else payload,  # kept: sealed at an earlier version
                                  policies=policies, tzdata_version=TZDATA_VERSION, created_us=now_us)
         audit = policy_audit(tenant_id, actor, trigger.id, old.policies, policies, fields, now_us)
-        if not self.store.amend_trigger(trigger, version, name, nxt, now_us, audit=audit):
+        if not self.store.registry.amend_trigger(trigger, version, name, nxt, now_us, audit=audit):
             raise Conflict(f"the trigger changed meanwhile (version {trigger.current_version} is no longer "
                            "current); read it again and retry")
         self._changed()
@@ -315,7 +315,7 @@ class Registry:
         if found.trigger.state != TriggerState.ACTIVE:
             raise Conflict(f"the trigger is {found.trigger.state.value}, not active")
         # Records the resume point: the pause instant, or just before an instant still undecided (0063).
-        if self.store.pause_trigger(found.trigger, now_us) is None:
+        if self.store.registry.pause_trigger(found.trigger, now_us) is None:
             raise Conflict("the trigger changed meanwhile; read it again and retry")
         self._changed()
         return self.current(tenant_id, trigger_id)
@@ -330,7 +330,7 @@ class Registry:
         found = self.current(tenant_id, trigger_id)
         if found.trigger.state != TriggerState.PAUSED:
             raise Conflict(f"the trigger is {found.trigger.state.value}, not paused")
-        paused, point = self.store.resume_point(tenant_id, trigger_id)
+        paused, point = self.store.registry.resume_point(tenant_id, trigger_id)
         if not paused:
             raise Conflict("the trigger changed meanwhile; read it again and retry")
         try:
@@ -338,7 +338,7 @@ class Registry:
         except RecurrenceError as exc:
             raise Conflict(f"the trigger's schedule no longer compiles ({exc.field}: {exc.problem}); amend it "
                            "with a new schedule, then resume") from None
-        if not self.store.resume_trigger(found.trigger, point, nxt, now_us):
+        if not self.store.registry.resume_trigger(found.trigger, point, nxt, now_us):
             raise Conflict("the trigger changed meanwhile; read it again and retry")
         self._changed()
         return self.current(tenant_id, trigger_id)
@@ -349,7 +349,7 @@ class Registry:
         Refuses: ``NotFound``; ``Conflict`` when it kept changing."""
         for _ in range(attempts):
             found = self.current(tenant_id, trigger_id)
-            if self.store.set_trigger_state(found.trigger, TriggerState.DELETED, None, now_us):
+            if self.store.registry.set_trigger_state(found.trigger, TriggerState.DELETED, None, now_us):
                 self._changed()
                 return
         raise Conflict("the trigger kept changing; retry")
@@ -372,10 +372,10 @@ class Registry:
                        decided_by=decided_by, eps_us=now.eps_us, eps_source=now.source)
         key = FireKey(tenant_id, trigger_id, at, 1)
         audit = AuditNote(tenant_id, actor, "trigger.run", at, None, {"trigger_id": trigger_id, "fire_key": str(key)})
-        if not self.store.insert_fires([fire], audit=audit):
+        if not self.store.timing.insert_fires([fire], audit=audit):
             raise Conflict("a manual fire was already recorded for this instant; retry")
         self._changed()
-        stored = self.store.get_fire(key)
+        stored = self.store.history.get_fire(key)
         if stored is None:   # committed above: only a purge racing this very call could remove it
             raise NotFound("fire")
         return stored

@@ -32,8 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from fireledger.domain.trust_records import GENESIS_HASH, SEAL_ACTION, AuditEntry, chain_hash, chain_mac
 from fireledger.errors import FireledgerError
-from fireledger.store.trust import GENESIS_HASH, SEAL_ACTION, AuditEntry, chain_hash, chain_mac
 
 PAGE = 1000
 
@@ -64,7 +64,7 @@ def iter_rows(store: Any, tenant_id: str | None = None) -> Iterator[AuditEntry]:
     """Every audit row (of one tenant, or all) in seq order, paged."""
     after = 0
     while True:
-        page = store.audit_rows(after, PAGE, tenant_id)
+        page = store.trust.audit_rows(after, PAGE, tenant_id)
         if not page:
             return
         yield from page
@@ -100,7 +100,7 @@ def verify_chain(store: Any, key: bytes | None = None) -> ChainReport:
     """Recompute the whole chain under ``key`` (default: the store's audit key, derived from the KEK;
     raises ``KekError`` without one); see the module docstring for what is reported."""
     if key is None:
-        key = store.audit_key
+        key = store.trust.audit_key
     expected_seq = 1
     prev_hash = GENESIS_HASH
     legacy = 0          # unkeyed rows seen (only as a prefix)
@@ -142,7 +142,7 @@ def verify_chain(store: Any, key: bytes | None = None) -> ChainReport:
         prev_hash = row.hash
         expected_seq += 1
     sealed = legacy if keyed_seen else 0
-    head_seq, head_hash = store.audit_head()
+    head_seq, head_hash = store.trust.audit_head()
     last = expected_seq - 1
     if legacy and not keyed_seen:
         return ChainReport(False, n, head_seq, head_hash, 1,
@@ -194,7 +194,7 @@ def check_anchor(store: Any, anchor: list[tuple[int, str]]) -> ChainReport | Non
     want = dict(anchor)
     if not want:
         return None   # only an empty chain's head was anchored: nothing to compare
-    head_seq, head_hash = store.audit_head()
+    head_seq, head_hash = store.trust.audit_head()
     for row in iter_rows(store):
         h = want.pop(row.seq, None)
         if h is not None and h != row.hash:

@@ -22,6 +22,9 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from fireledger.domain.trust_records import AUDIT_KEY_LABEL
+from fireledger.store.trust import SqlTrust, install_audit_key_source
+
 _LOCK = threading.Lock()
 _CACHE: dict[tuple[bytes, str], bytes] = {}
 
@@ -48,5 +51,23 @@ def derived_key(store: Any, label: str) -> bytes:
 
     return derive_from(cipher_for(store).kek, label)
 
+
+def _audit_key_source(trust: SqlTrust, upgrading: bool) -> bytes:
+    """The audit chain's key for ``trust`` (its engine locates the KEK). During the upgrade that keys
+    the chain (migration 0011) the KEK must exist already: it is loaded, never created."""
+    if not upgrading:
+        return derived_key(trust, AUDIT_KEY_LABEL)
+    from fireledger.security.envelope import KekError, load_kek
+
+    try:
+        kek = load_kek(trust)
+    except KekError as exc:
+        seq, _ = trust.audit_head()
+        raise KekError(f"migration 0011 seals the {seq} existing audit rows under the audit key, "
+                       f"derived from the key-encryption key: {exc}") from None
+    return derive_from(kek, AUDIT_KEY_LABEL)
+
+
+install_audit_key_source(_audit_key_source)   # the store keys its audit chain with this (decision 0111)
 
 __all__ = ["derive_from", "derived_key"]

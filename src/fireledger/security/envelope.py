@@ -17,7 +17,7 @@
   (:func:`open_job_payload`). Nothing here logs; errors name tenant, trigger and version, never
   content.
 * **Crypto-shredding.** Deleting a tenant removes its wrapped key in the same transaction
-  (:meth:`fireledger.store.trust.TrustMixin.delete_tenant`): its payloads can no longer be opened by
+  (:meth:`fireledger.store.trust.SqlTrust.delete_tenant`): its payloads can no longer be opened by
   anyone. Unwrapped keys are cached per process for at most :data:`KEY_CACHE_S` seconds, so a
   deletion reaches every process within that time (at once in the deleting one: :meth:`forget`).
 * **No plaintext path.** A payload without the envelope prefix is refused as unreadable (with that
@@ -46,6 +46,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from fireledger.domain.model import Target
+from fireledger.domain.trust_records import SECRET_PREFIX, is_sealed_secret
 from fireledger.errors import FireledgerError
 from fireledger.store.engine import StoreError
 
@@ -56,7 +58,6 @@ _WRAP_MAGIC = b"FLK\x01"
 KEY_CACHE_S = 2.0
 KEK_ENV = "FIRELEDGER_KEK"
 KEK_FILE_ENV = "FIRELEDGER_KEK_FILE"
-SECRET_PREFIX = "flsec1."
 
 
 class KekError(StoreError):
@@ -174,11 +175,6 @@ def _secret_ad(tenant_id: str, target_id: str) -> bytes:
     return f"fireledger/target-secret/v1\x00{tenant_id}\x00{target_id}".encode()
 
 
-def is_sealed_secret(stored: str) -> bool:
-    """Whether a stored target secret is in the sealed form (``flsec1.<base64url>``)."""
-    return isinstance(stored, str) and stored.startswith(SECRET_PREFIX)
-
-
 def _wrap_ad(tenant_id: str) -> bytes:
     return f"fireledger/data-key/v1\x00{tenant_id}".encode()
 
@@ -242,14 +238,14 @@ class PayloadCipher:
             hit = self._keys.get(tenant_id)
         if hit is not None and hit[1] > now:
             return hit[0]
-        live, wrapped = self.store.tenant_wrapped_key(tenant_id)
+        live, wrapped = self.store.trust.tenant_wrapped_key(tenant_id)
         if not live:
             self.forget(tenant_id)
             raise PayloadUnreadable(f"tenant {tenant_id} is deleted or unknown: its data key is destroyed")
         if wrapped is None:
             if not create:
                 raise PayloadUnreadable(f"tenant {tenant_id} has no data key")
-            wrapped = self.store.install_tenant_key(tenant_id, self.wrap(tenant_id, AESGCM.generate_key(256)))
+            wrapped = self.store.trust.install_tenant_key(tenant_id, self.wrap(tenant_id, AESGCM.generate_key(256)))
             if wrapped is None:
                 raise PayloadUnreadable(f"tenant {tenant_id} is deleted or unknown: its data key is destroyed")
         key = self.unwrap(tenant_id, wrapped)
@@ -365,6 +361,17 @@ def seal_secret(store: Any, tenant_id: str, target_id: str, secret: str) -> str:
     return cipher_for(store).seal_secret(tenant_id, target_id, secret)
 
 
+def sealed_target(store: Any, target: Target) -> Target:
+    """``target`` with its signing secret in the sealed, stored form (a ``whsec_`` secret is sealed;
+    one already sealed is kept; anything else is refused with ``ValueError``): what the registry
+    area requires, since the store holds no key and never seals (decision 0111)."""
+    if is_sealed_secret(target.secret):
+        return target
+    if not target.secret.startswith("whsec_"):
+        raise ValueError("secret: a target's signing secret must be a whsec_ secret or sealed")
+    return replace(target, secret=seal_secret(store, target.tenant_id, target.id, target.secret))
+
+
 def seal_stored_secrets(store: Any, batch: int = 200) -> int:
     """Seal every target secret still stored in plaintext (rows written before sealing existed), one
     compare-and-set per row; returns how many were sealed. A secret of a deleted tenant is
@@ -374,13 +381,13 @@ def seal_stored_secrets(store: Any, batch: int = 200) -> int:
     done = 0
     after = ""
     while True:
-        rows = store.unsealed_target_secrets(after, batch)
+        rows = store.registry.unsealed_target_secrets(after, batch)
         for target_id, tenant_id, old in rows:
             try:
                 new = cipher.seal_secret(tenant_id, target_id, old)
             except PayloadUnreadable:   # deleted tenant: shred the plaintext instead of sealing it
                 new = ""
-            if store.replace_target_secret(target_id, old, new):
+            if store.registry.replace_target_secret(target_id, old, new):
                 done += 1
         if len(rows) < batch:
             break
@@ -392,4 +399,4 @@ def seal_stored_secrets(store: Any, batch: int = 200) -> int:
 
 __all__ = ["KEY_CACHE_S", "MAGIC", "SECRET_PREFIX", "KekError", "PayloadCipher", "PayloadUnreadable", "cipher_for",
            "create_kek", "is_sealed_secret", "kek_file_path", "legacy_kek_paths", "load_kek", "open_job_payload",
-           "open_secret", "seal_payload", "seal_secret", "seal_stored_secrets"]
+           "open_secret", "seal_payload", "seal_secret", "seal_stored_secrets", "sealed_target"]

@@ -118,7 +118,7 @@ __all__ = ["MAX_CRON_ITEMS", "MAX_NAME_CHARS", "MAX_PAYLOAD_DEPTH", "MAX_SCHEDUL
 def trigger_limit_problem(store: object, tenant_id: str) -> str | None:
     """Why the tenant may not create another trigger (the per-tenant count), or None."""
     limit = max_triggers_per_tenant()
-    count = store.count_live_triggers(tenant_id)  # type: ignore[attr-defined]
+    count = store.registry.count_live_triggers(tenant_id)  # type: ignore[attr-defined]
     if count >= limit:
         return f"the tenant has {count} live triggers, the limit is {limit}; delete some first"
     return None

@@ -248,7 +248,7 @@ def verification_problem(t: Any, now_us: int) -> str | None:
 def target_write_problem(store: Any, tenant_id: str, target_id: str, now_us: int) -> str | None:
     """The problem with pointing a trigger of ``tenant_id`` at ``target_id`` now, or None. Another
     tenant's target is reported exactly like a missing one."""
-    t = store.target_trust(target_id)
+    t = store.trust.target_trust(target_id)
     if t is None or t.tenant_id != tenant_id or t.deleted_us is not None:
         return "no such target"
     return verification_problem(t, now_us)
@@ -268,7 +268,7 @@ def _cached_trust(store: Any, target_id: str) -> tuple[bool, Any]:
 
 
 def _load_trust(store: Any, target_id: str) -> Any:
-    t = store.target_trust(target_id)
+    t = store.trust.target_trust(target_id)
     with _CACHE_LOCK:
         if len(_CACHE) > 10_000:
             _CACHE.clear()

@@ -27,7 +27,7 @@ PURGE_EVERY_S = 3600
 
 def delete_tenant(store: Any, tenant_id: str, actor: str, now_us: int) -> dict[str, int] | None:
     """Delete a tenant now (see the module docstring); None when there is no such live tenant."""
-    out: dict[str, int] | None = store.delete_tenant(tenant_id, actor, now_us)
+    out: dict[str, int] | None = store.trust.delete_tenant(tenant_id, actor, now_us)
     cipher_for(store).forget(tenant_id)
     if out is not None:
         scrub(store)
@@ -53,7 +53,7 @@ def purge(store: Any, now_us: int, grace_s: float = PURGE_GRACE_S, batch: int = 
     """Purge every tenant deleted at least ``grace_s`` before ``now_us``; returns their summaries."""
     done: list[dict[str, Any]] = []
     while True:
-        got = store.purge_deleted_tenants(now_us - int(grace_s * 1_000_000), now_us, batch)
+        got = store.trust.purge_deleted_tenants(now_us - int(grace_s * 1_000_000), now_us, batch)
         done += got
         if len(got) < batch:
             if done:

@@ -1,6 +1,9 @@
-"""The state of record: registry, due index and fire ledger on SQLite or PostgreSQL."""
+"""The state of record on SQLite or PostgreSQL: a :class:`Store` of five area stores
+(registry, timing, dispatch, trust, history; :mod:`fireledger.store.protocols`)."""
 
+from .core import InvariantViolation
+from .dispatch import OutcomeRejected
 from .engine import SchemaError, StoreError, is_database_error
-from .sql_store import InvariantViolation, Settlement, SqlStore
+from .root import Store
 
-__all__ = ["InvariantViolation", "SchemaError", "Settlement", "SqlStore", "StoreError", "is_database_error"]
+__all__ = ["InvariantViolation", "OutcomeRejected", "SchemaError", "Store", "StoreError", "is_database_error"]

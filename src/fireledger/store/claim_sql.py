@@ -156,13 +156,13 @@ def _choose(c: Any, q: Mapping[str, str], lane: str, now_us: int, paced: bool,
     return chosen
 
 
-def _fires(c: Any, q: Mapping[str, str], engine: str, lane: str, now_us: int,
+def _fires(c: Any, q: Mapping[str, str], lock_batch: bool, lane: str, now_us: int,
            batch: Sequence[tuple[str, int]]) -> dict[str, list[tuple[Any, ...]]]:
     """Each tenant's oldest ``k`` due fires (``batch``: (tenant, k)), by tenant, oldest first."""
     out: dict[str, list[tuple[Any, ...]]] = {t: [] for t, _ in batch}
     if not batch:
         return out
-    if engine == "postgres":
+    if lock_batch:
         rows = c.execute(q["dp_claim_fires"], {"lane": lane, "now_us": now_us,
                                             "batch": json.dumps([[t, k] for t, k in batch])}).fetchall()
         for r in rows:
@@ -194,24 +194,26 @@ def _fair(fires: Mapping[str, Sequence[tuple[Any, ...]]], held: Mapping[str, boo
     return [(*r, h, rn) for h, rn, _, _, r in ranked[:limit]]
 
 
-def read_candidates(c: Any, q: Mapping[str, str], engine: str, lane: str, now_us: int, limit: int,
-                    paced: bool, rotation: Rotation) -> list[tuple[Any, ...]]:
+def read_candidates(c: Any, q: Mapping[str, str], lane: str, now_us: int, limit: int, paced: bool,
+                    rotation: Rotation, *, lock_batch: bool) -> list[tuple[Any, ...]]:
     """Up to ``limit`` due fires of ``lane`` in fair order, each row the fire's columns
-    (``queries.FIRE_COLS``) followed by ``held`` and ``rn``; run inside the claim transaction (on
-    PostgreSQL the fires read are locked, ``SKIP LOCKED``). ``engine``: ``sqlite`` or ``postgres``.
-    Reads a bounded number of rows whatever the backlog (see the module docstring)."""
+    (``queries.FIRE_COLS``) followed by ``held`` and ``rn``; run inside the claim transaction.
+    ``lock_batch``: the engine reads every tenant's fires in one statement and locks them
+    (PostgreSQL, ``FOR UPDATE SKIP LOCKED``: the engine's ``skip_locked`` capability); else one
+    statement per tenant (SQLite, one writer). Reads a bounded number of rows whatever the backlog
+    (see the module docstring)."""
     if limit <= 0:
         return []
     tenants = _choose(c, q, lane, now_us, paced, rotation)
     held = {t.tenant_id: t.held for t in tenants}
     unheld = [t.tenant_id for t in tenants if not t.held]
     k = max(K_MIN, math.ceil(limit / max(1, len(unheld))))
-    fires = _fires(c, q, engine, lane, now_us, [(t, k) for t in unheld] +
+    fires = _fires(c, q, lock_batch, lane, now_us, [(t, k) for t in unheld] +
                    [(t.tenant_id, 1) for t in tenants if t.held])
     full = [t for t in unheld if len(fires[t]) >= k]
     short = sum(len(fires[t]) for t in unheld if len(fires[t]) < k)
     if full and short + k * len(full) < limit:
         # Some tenants had fewer due fires than their share: lift the others to fill the window.
         more = min(limit, math.ceil((limit - short) / len(full)))
-        fires.update(_fires(c, q, engine, lane, now_us, [(t, more) for t in full]))
+        fires.update(_fires(c, q, lock_batch, lane, now_us, [(t, more) for t in full]))
     return _fair(fires, held, limit)

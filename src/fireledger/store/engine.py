@@ -25,13 +25,17 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from fireledger.errors import FireledgerError
 
 from . import queries
+
+if TYPE_CHECKING:
+    from fireledger.settings import Settings
 
 
 class StoreError(FireledgerError, RuntimeError):
@@ -186,20 +190,28 @@ def _pg_reusable(conn: Any) -> bool:
         return False
 
 
-def _env_number(name: str, default: float, *, minimum: float, whole: bool = False) -> float:
-    """A numeric setting from the environment; ``StoreError`` naming the variable when bad."""
-    from fireledger.settings import parse_store_number, process_env
+@dataclass(frozen=True, slots=True)
+class EngineCaps:
+    """What an engine can do, named, so no area store branches on the engine's name.
 
-    try:
-        return parse_store_number(process_env(), name, default, minimum=minimum, whole=whole)
-    except ValueError as exc:
-        raise StoreError(str(exc)) from None
+    ``skip_locked``: concurrent claimers lock disjoint rows inside the claim transaction
+    (``FOR UPDATE SKIP LOCKED``); without it there is one writer at a time and a claim may rank its
+    candidates before it begins writing. ``notify``: a committed change can wake other processes
+    (``LISTEN``/``NOTIFY``); without it they poll. ``server_clock``: the database has a clock of its
+    own, independent of this process's (used to cross-check the local clock). ``networked``: reached
+    over the network by processes on several machines (timing leases are on by default there)."""
+
+    skip_locked: bool
+    notify: bool
+    server_clock: bool
+    networked: bool
 
 
 class Engine(ABC):
     """How to reach one database engine; subclasses: SQLite and PostgreSQL."""
 
     name: str
+    caps: EngineCaps
 
     @property
     def q(self) -> dict[str, str]:
@@ -225,6 +237,18 @@ class Engine(ABC):
     def close(self) -> None:
         """Close every connection this engine opened."""
 
+    def sql(self, text: str) -> str:
+        """A one-off statement (``:name`` placeholders) in this engine's placeholder style."""
+        return queries.in_style(self.name, text)
+
+    @abstractmethod
+    def run_script(self, c: Any, script: str) -> None:
+        """Run a migration script (several statements) inside the open write transaction ``c``."""
+
+    @abstractmethod
+    def tables_with_column(self, c: Any, column: str) -> list[str]:
+        """The names of the tables that have a column named ``column``, sorted."""
+
     def scrub_after_shred(self) -> bool:
         """After destroying keys or purging rows: push the old page images out of places the engine
         keeps them. True when done; the base (PostgreSQL) does nothing and returns False — dead tuples
@@ -234,6 +258,7 @@ class Engine(ABC):
 
 class SqliteEngine(Engine):
     name = "sqlite"
+    caps = EngineCaps(skip_locked=False, notify=False, server_clock=False, networked=False)
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000, max_idle: int = DEFAULT_MAX_IDLE) -> None:
         self.path = path
@@ -318,6 +343,15 @@ class SqliteEngine(Engine):
     def read(self) -> Iterator[sqlite3.Connection]:
         yield self.connection()
 
+    def run_script(self, c: Any, script: str) -> None:
+        for stmt in split_script(script):
+            c.execute(stmt)
+
+    def tables_with_column(self, c: Any, column: str) -> list[str]:
+        names = [str(r[0]) for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+        return sorted(n for n in names
+                      if any(col[1] == column for col in c.execute(f'PRAGMA table_info("{n}")').fetchall()))
+
     def scrub_after_shred(self, attempts: int = 20) -> bool:
         """``PRAGMA wal_checkpoint(TRUNCATE)``: copy the WAL into the database (where
         ``secure_delete`` has zeroed the freed content) and truncate the WAL to zero bytes, so the old
@@ -344,12 +378,13 @@ class SqliteEngine(Engine):
 
 class PostgresEngine(Engine):
     name = "postgres"
+    caps = EngineCaps(skip_locked=True, notify=True, server_clock=True, networked=True)
 
-    def __init__(self, url: str, *, max_idle: int = DEFAULT_MAX_IDLE) -> None:
+    def __init__(self, url: str, *, max_idle: int = DEFAULT_MAX_IDLE, connect_timeout_s: int = 5,
+                 statement_timeout_ms: int = 30_000) -> None:
         self.url = url
-        self.connect_timeout_s = _env_number("FIRELEDGER_PG_CONNECT_TIMEOUT_S", 5, minimum=1, whole=True)
-        self.statement_timeout_ms = int(_env_number("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", 30_000, minimum=0,
-                                                    whole=True))
+        self.connect_timeout_s = connect_timeout_s
+        self.statement_timeout_ms = statement_timeout_ms
         self.pool = ConnectionPool(self._open, _pg_reusable, _pg_close, max_idle)
 
     def _open(self) -> Any:
@@ -410,12 +445,40 @@ class PostgresEngine(Engine):
                 raise mapped from exc
             raise
 
+    def run_script(self, c: Any, script: str) -> None:
+        c.execute("SET LOCAL statement_timeout = 0")   # a migration may rewrite a big table
+        c.execute(script)
+
+    def tables_with_column(self, c: Any, column: str) -> list[str]:
+        rows = c.execute("SELECT table_name FROM information_schema.columns WHERE column_name = %(column)s "
+                         "AND table_schema = current_schema() ORDER BY table_name", {"column": column}).fetchall()
+        return sorted({str(r[0]) for r in rows})
+
     def close(self) -> None:
         self.pool.close_all()
 
 
-def engine_for_url(url: str) -> Engine:
-    """``sqlite:///PATH`` (relative) / ``sqlite:////abs/path`` or ``postgresql://…``."""
+def split_script(sql: str) -> list[str]:
+    """Split a migration into statements (no ';' inside literals; a ``CREATE TRIGGER … BEGIN …; END``
+    body stays one statement: pieces are joined until SQLite says the statement is complete)."""
+    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
+    out: list[str] = []
+    buf = ""
+    for piece in "\n".join(lines).split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n\t;"):
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip(" \n\t;"):
+        out.append(buf.strip())
+    return out
+
+
+def engine_for_url(url: str, settings: Settings | None = None) -> Engine:
+    """``sqlite:///PATH`` (relative) / ``sqlite:////abs/path`` or ``postgresql://…``. The PostgreSQL
+    timeouts come from ``settings`` (``pg_connect_timeout_s``, ``pg_statement_timeout_ms``; read once
+    from the environment by the entry point, decision 0106); without settings, the defaults."""
     if url.startswith("sqlite:"):
         parsed = urlparse(url)
         path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else parsed.path
@@ -430,5 +493,8 @@ def engine_for_url(url: str) -> Engine:
                 raise StoreError(str(exc)) from None
         return SqliteEngine(path)
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresEngine(url)
+        if settings is None:
+            return PostgresEngine(url)
+        return PostgresEngine(url, connect_timeout_s=settings.pg_connect_timeout_s,
+                              statement_timeout_ms=settings.pg_statement_timeout_ms)
     raise StoreError(f"--db: {url!r} is not a sqlite:///PATH or postgresql:// URL")

@@ -1,4 +1,4 @@
-"""History, evidence and retention queries (a :class:`~fireledger.store.SqlStore` mixin).
+"""The history area: history, evidence, report, console page and ops queries, and retention.
 
 Everything here only *reads* the ledger, the due index, ``leases`` and ``nodes`` — except the
 retention purge, which deletes terminal fires (and their attempts and outcomes) older than a cutoff
@@ -10,7 +10,7 @@ Contracts:
 * Pages are keyset-paged: per trigger by ``(scheduled_us, seq)``, per tenant by
   ``(scheduled_us, trigger_id, seq)``, ascending or descending. The per-trigger range is the
   primary key; the per-tenant range is index ``fires_by_tenant_instant`` (migration 0005).
-* The paging signal (:meth:`HistoryMixin.due_waiting_by_partition`) counts, per partition, due-index
+* The paging signal (:meth:`SqlHistory.due_waiting_by_partition`) counts, per partition, due-index
   rows whose instant has passed (not yet decided: the timing plane) and fires never attempted whose
   dispatch time has passed (decided, not dispatched: the dispatch plane). Retries of a fire already
   attempted are the target's problem, not a stall, and the backfill lane drains slowly by design:
@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from fireledger.domain.history_records import ALL_STATES, TERMINAL, ExpiringFire, TenantCursor
 from fireledger.domain.keys import FireKey
-from fireledger.domain.model import Attempt, Fire, FireState, Trigger, TriggerState
+from fireledger.domain.model import Attempt, Fire, Trigger, TriggerVersion
+from fireledger.domain.timing_records import LeaseRow, NodeRow
 
 from . import queries
+from . import rows as rec
+from .core import Area
+from .reports import SmearRow
 
-#: Every fire state, in a fixed order (the state filter binds exactly this many placeholders).
-ALL_STATES: tuple[str, ...] = tuple(s.value for s in FireState)
-TERMINAL: tuple[str, ...] = ("delivered", "failed", "unknown", "expired", "skipped")
 _STATE_SLOTS = ", ".join(f":s{i}" for i in range(len(ALL_STATES)))
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
 _F = queries.FIRE_COLS_EVIDENCE
@@ -156,39 +158,6 @@ _OVERRIDES = {"sqlite": {"hist_due_by_partition": (
 queries.register(HISTORY_QUERIES, _OVERRIDES)
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRow:
-    partition: int
-    owner: str | None
-    epoch: int
-    expires_us: int
-    eps_us: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRow:
-    id: str
-    role: str
-    started_us: int
-    heartbeat_us: int
-    eps_us: int | None
-    eps_source: str | None
-    shedding: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ExpiringFire:
-    """A terminal fire past the retention cutoff, with its attempts and reported work outcome."""
-
-    fire: Fire
-    outcome: str | None
-    outcome_reported_us: int | None
-
-
-#: A per-tenant history cursor: (scheduled_us, trigger_id, seq).
-TenantCursor = tuple[int, str, int]
-
-
 def _states(states: Iterable[str] | None) -> dict[str, str]:
     chosen = list(dict.fromkeys(states)) if states else list(ALL_STATES)
     unknown = [s for s in chosen if s not in ALL_STATES]
@@ -198,22 +167,41 @@ def _states(states: Iterable[str] | None) -> dict[str, str]:
     return {f"s{i}": s for i, s in enumerate(padded)}
 
 
-def _fire(row: Sequence[Any]) -> Fire:
-    return Fire(*row)
+class SqlHistory(Area):
+    """History, evidence, report, console page and retention queries (see the module docstring)."""
 
+    def list_fires(self, tenant_id: str, trigger_id: str, after: tuple[int, int] | None = None,
+                   limit: int = 100) -> list[Fire]:
+        """Fires of one trigger, oldest first, after the cursor (scheduled_us, seq), with attempts."""
+        after_us, after_seq = after if after is not None else (-(2**62), -1)
+        with self.engine.read() as c:
+            rows = c.execute(self.q["list_fires"], {"tenant_id": tenant_id, "trigger_id": trigger_id,
+                                                    "after_us": after_us, "after_seq": after_seq,
+                                                    "limit": limit}).fetchall()
+            fires = [rec.fire(r) for r in rows]
+            if not fires:
+                return []
+            arows = c.execute(self.q["attempts_of_trigger_range"], {
+                "tenant_id": tenant_id, "trigger_id": trigger_id, "from_us": fires[0].scheduled_us,
+                "to_us": fires[-1].scheduled_us}).fetchall()
+        by_key: dict[tuple[int, int], list[Attempt]] = {}
+        for r in arows:
+            by_key.setdefault((r[0], r[1]), []).append(rec.attempt(r[2:]))
+        return [rec.with_attempts(f, by_key.get((f.scheduled_us, f.seq), [])) for f in fires]
 
-def _trigger(row: Sequence[Any]) -> Trigger:
-    return Trigger(row[0], row[1], row[2], TriggerState(row[3]), row[4], row[5], row[6], row[7], row[8],
-                   row[9] if len(row) > 9 else None)
-
-
-class HistoryMixin:
-    """History queries (see the module docstring for the contracts)."""
-
-    engine: Any
-    q: dict[str, str]
-
-    # --- pages ----------------------------------------------------------------------------------
+    def get_fire(self, key: FireKey) -> Fire | None:
+        """One fire with its attempts, or None."""
+        params = {"tenant_id": key.tenant_id, "trigger_id": key.trigger_id,
+                  "scheduled_us": key.scheduled_us, "seq": key.seq}
+        with self.engine.read() as c:
+            row = c.execute(self.q["get_fire"], params).fetchone()
+            if not row:
+                return None
+            arows = c.execute(self.q["attempts_of_trigger_range"], {
+                "tenant_id": key.tenant_id, "trigger_id": key.trigger_id, "from_us": key.scheduled_us,
+                "to_us": key.scheduled_us}).fetchall()
+        attempts = [rec.attempt(r[2:]) for r in arows if r[1] == key.seq]
+        return rec.with_attempts(rec.fire(row), attempts)
 
     def history_fires(self, tenant_id: str, *, trigger_id: str | None = None, from_us: int | None = None,
                       to_us: int | None = None, states: Iterable[str] | None = None,
@@ -256,7 +244,7 @@ class HistoryMixin:
             params["c_us"], params["c_tr"], params["c_seq"] = max(
                 (params["c_us"], params["c_tr"], params["c_seq"]), (lo, "", -1))
         with self.engine.read() as c:
-            fires = [_fire(r) for r in c.execute(self.q[name], params).fetchall()]
+            fires = [rec.fire(r) for r in c.execute(self.q[name], params).fetchall()]
             return self._attach_attempts(c, fires, sparse=states is not None)
 
     def _attach_attempts(self, c: Any, fires: list[Fire], *, sparse: bool = False) -> list[Fire]:
@@ -268,7 +256,7 @@ class HistoryMixin:
             found: dict[tuple[str, str, int, int], list[Attempt]] = {}
             if keys:
                 for r in c.execute(self.q["hist_attempts_of_fires"], {"keys": json.dumps(keys)}).fetchall():
-                    found.setdefault((str(r[0]), str(r[1]), int(r[2]), int(r[3])), []).append(Attempt(*r[4:]))
+                    found.setdefault((str(r[0]), str(r[1]), int(r[2]), int(r[3])), []).append(rec.attempt(r[4:]))
             return [replace(f, attempt_list=tuple(found.get((f.tenant_id, f.trigger_id, f.scheduled_us, f.seq), ())))
                     if (f.attempts or f.dispatched_us is not None) else f for f in fires]
         spans: dict[tuple[str, str], list[int]] = {}
@@ -282,11 +270,9 @@ class HistoryMixin:
             rows = c.execute(self.q["attempts_of_trigger_range"], {
                 "tenant_id": tenant_id, "trigger_id": trigger_id, "from_us": lo, "to_us": hi}).fetchall()
             for r in rows:
-                by_key.setdefault((trigger_id, r[0], r[1]), []).append(Attempt(*r[2:]))
+                by_key.setdefault((trigger_id, r[0], r[1]), []).append(rec.attempt(r[2:]))
         return [replace(f, attempt_list=tuple(by_key.get((f.trigger_id, f.scheduled_us, f.seq), ())))
                 for f in fires]
-
-    # --- summaries --------------------------------------------------------------------------------
 
     def lateness_us(self, tenant_id: str, trigger_id: str, from_us: int, to_us: int,
                     cap: int = 200_000) -> list[int]:
@@ -315,20 +301,18 @@ class HistoryMixin:
                                                             "hi": before_us, "n": n}).fetchall()
         return [str(r[0]) for r in rows]
 
-    # --- operator views -------------------------------------------------------------------------
-
     def ops_triggers(self, tenant_id: str | None = None, after: str = "", limit: int = 1000) -> list[Trigger]:
         """Live triggers of every tenant (or of ``tenant_id``), by id: the operator's listing."""
         with self.engine.read() as c:
             rows = c.execute(self.q["hist_ops_triggers"], {"tenant_id": tenant_id or "", "after": after,
                                                            "limit": limit}).fetchall()
-        return [_trigger(r) for r in rows]
+        return [rec.trigger(r) for r in rows]
 
     def trigger_by_id(self, trigger_id: str) -> Trigger | None:
         """Any trigger by id, whatever its tenant or state (operator commands only)."""
         with self.engine.read() as c:
             row = c.execute(self.q["hist_trigger_any"], {"id": trigger_id}).fetchone()
-        return _trigger(row) if row else None
+        return rec.trigger(row) if row else None
 
     def due_waiting_by_partition(self, now_us: int) -> dict[int, int]:
         """Per partition, the oldest instant still waiting at ``now_us`` (µs): a due-index row not yet
@@ -362,8 +346,6 @@ class HistoryMixin:
                             None if r[4] is None else int(r[4]), r[5], bool(r[6]))
                     for r in c.execute(self.q["hist_nodes"]).fetchall()]
 
-    # --- retention ------------------------------------------------------------------------------
-
     def tenant_ids(self) -> list[str]:
         """Every tenant id, deleted tenants included (their history expires like anyone's)."""
         with self.engine.read() as c:
@@ -386,7 +368,7 @@ class HistoryMixin:
             rows = c.execute(self.q["hist_expiring"], {"tenant_id": tenant_id, "before_us": before_us,
                                                        "c_us": c_us, "c_tr": c_tr, "c_seq": c_seq,
                                                        "limit": limit}).fetchall()
-            fires = self._attach_attempts(c, [_fire(r) for r in rows])
+            fires = self._attach_attempts(c, [rec.fire(r) for r in rows])
             out = []
             for f in fires:
                 o = c.execute(self.q["hist_outcome"], {"tenant_id": f.tenant_id, "trigger_id": f.trigger_id,
@@ -409,5 +391,59 @@ class HistoryMixin:
                     c.execute(self.q["hist_delete_outcome"], p)
         return deleted
 
+    def smear_rows(self, tenant_id: str, lo_us: int, hi_us: int, after: tuple[int, str, int] | None = None,
+                   limit: int = 5000) -> list[SmearRow]:
+        """One page of the tenant's on-time scheduled fires with ``lo_us <= scheduled_us < hi_us``,
+        after the cursor ``(scheduled_us, trigger_id, seq)``; pass the last row's back for the next."""
+        c_us, c_tr, c_seq = after if after is not None else (_LOW, "", -1)
+        with self.engine.read() as c:
+            rows = c.execute(self.q["rp_smear_rows"], {"tenant_id": tenant_id, "lo": lo_us, "hi": hi_us,
+                                                       "c_us": c_us, "c_tr": c_tr, "c_seq": c_seq,
+                                                       "limit": limit}).fetchall()
+        return [(str(r[0]), int(r[1]), int(r[2]), int(r[3]), None if r[4] is None else int(r[4])) for r in rows]
 
-__all__ = ["ALL_STATES", "TERMINAL", "ExpiringFire", "HistoryMixin", "LeaseRow", "NodeRow", "TenantCursor"]
+    def console_triggers(self, tenant_id: str, limit: int) -> list[tuple[Trigger, TriggerVersion | None]]:
+        """The tenant's live triggers by id (at most ``limit``), each with its current version
+        (its payload left out: ``b""``), in one statement."""
+        with self.engine.read() as c:
+            rows = c.execute(self.q["console_triggers"], {"tenant_id": tenant_id, "limit": limit}).fetchall()
+        out: list[tuple[Trigger, TriggerVersion | None]] = []
+        for r in rows:
+            t = rec.trigger(r[:9])
+            v = None
+            if r[9] is not None:
+                v = TriggerVersion(t.id, t.current_version, t.tenant_id, json.loads(r[9]), r[10], b"",
+                                   rec.policies_from_json(r[11]), r[12], int(r[13]))
+            out.append((t, v))
+        return out
+
+    def console_recent_states(self, tenant_id: str, limit: int, n: int, before_us: int) -> dict[str, list[str]]:
+        """For the tenant's first ``limit`` live triggers by id: the states of each one's last ``n``
+        fires scheduled before ``before_us``, newest first, in one statement (triggers without
+        fires are absent)."""
+        if n <= 0:
+            return {}
+        with self.engine.read() as c:
+            rows = c.execute(self.q["console_recent_states"], {
+                "tenant_id": tenant_id, "limit": limit, "hi": before_us, "skip": n - 1, "low": _LOW}).fetchall()
+        grouped: dict[str, list[tuple[int, int, str]]] = {}
+        for trigger_id, state, scheduled_us, seq in rows:
+            grouped.setdefault(str(trigger_id), []).append((int(scheduled_us), int(seq), str(state)))
+        return {tid: [s for _, _, s in sorted(items, reverse=True)[:n]] for tid, items in grouped.items()}
+
+    def oldest_undispatched_us(self, now_us: int) -> int | None:
+        """The oldest instant that is due (≤ ``now_us``) but not yet decided, or decided but not
+        yet delivered; None when nothing is waiting."""
+        with self.engine.read() as c:
+            due = c.execute(self.q["earliest_due"]).fetchone()[0]
+            fired = c.execute(self.q["oldest_undelivered"]).fetchone()[0]
+        waiting = [int(x) for x in (due, fired) if x is not None and int(x) <= now_us]
+        return min(waiting) if waiting else None
+
+    def count_fires(self) -> int:
+        """How many fire records the ledger holds (every tenant)."""
+        with self.engine.read() as c:
+            return int(c.execute(self.q["count_fires"]).fetchone()[0])
+
+
+__all__ = ["HISTORY_QUERIES", "SqlHistory"]

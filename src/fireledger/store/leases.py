@@ -1,4 +1,5 @@
-"""The multi-node timing plane's store operations (a :class:`~fireledger.store.SqlStore` mixin).
+"""The multi-node timing plane's store operations: the timing area's first half,
+:class:`TimingLeases` (:class:`~fireledger.store.timing.SqlTiming` extends it), and its SQL text.
 
 * **Sessions and partition leases.** A timing node's session is its ``nodes`` row: ``heartbeat``
   upserts it and, in the same transaction, renews every lease the node holds (``expires_us``) — or,
@@ -21,12 +22,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fireledger.domain.model import DueRow
+from fireledger.domain.timing_records import (
+    DIVERGENCE_KINDS,
+    Divergence,
+    Grant,
+    Lease,
+    NodeSession,
+    RebuildStats,
+    ShadowReport,
+    ShadowRow,
+    StrayDue,
+)
 
 from . import queries
+from . import rows as rec
+from .core import Area, expect_one
 from .engine import StoreError
 
 _LEASE_COLS = ("partition, owner, epoch, rev, expires_us, eps_us, granted_us, renewed_us, released_us, "
@@ -182,145 +195,12 @@ LEASE_OVERRIDES: dict[str, dict[str, str]] = {
 queries.register(LEASE_QUERIES, LEASE_OVERRIDES)
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """One partition's lease row (``owner`` None: free; ``handoff_to``: offered to that node first)."""
-
-    partition: int
-    owner: str | None
-    epoch: int
-    rev: int
-    expires_us: int
-    eps_us: int | None
-    granted_us: int | None
-    renewed_us: int | None
-    released_us: int | None
-    prev_owner: str | None
-    handoff_to: str | None
-    takeover_us: int | None
-    takeover_cause: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSession:
-    """A node's session row: alive while ``heartbeat_us`` + the session TTL has not passed."""
-
-    id: str
-    role: str
-    started_us: int
-    heartbeat_us: int
-    eps_us: int | None
-    eps_source: str | None
-    shedding: bool
-    stopped_us: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """A lease to take by compare-and-set on ``rev`` (the revision the granter read).
-
-    ``takeover_us`` / ``cause`` describe the handover being completed (None for a first grant)."""
-
-    partition: int
-    rev: int
-    expires_us: int
-    eps_us: int
-    takeover_us: int | None = None
-    cause: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowRow:
-    """What the shadow rebuilder reads for one trigger, in one snapshot with its live due row."""
-
-    trigger_id: str
-    tenant_id: str
-    state: str
-    version: int
-    partition: int
-    schedule: dict[str, Any]
-    run_start_us: int | None        # when the current schedule took effect (first version of its run)
-    resumed_us: int | None          # last resume
-    last_us: int | None             # last scheduled instant decided (scheduled / catch-up fires)
-    due_next_us: int | None
-    due_version: int | None
-    due_partition: int | None
-    paused_us: int | None = None    # the resume point recorded by the last pause (decision 0063)
-
-
-@dataclass(frozen=True, slots=True)
-class StrayDue:
-    """A due row whose trigger does not exist."""
-
-    trigger_id: str
-    next_us: int
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class Divergence:
-    """One divergent row: ``kind`` ∈ missing, orphaned, wrong_instant, wrong_version, wrong_partition."""
-
-    partition: int
-    trigger_id: str
-    kind: str
-    live_next_us: int | None
-    live_version: int | None
-    expected_next_us: int | None
-    expected_version: int | None
-    reported_us: int = 0
-    node: str = ""
-
-
-DIVERGENCE_KINDS: tuple[str, ...] = ("missing", "orphaned", "wrong_instant", "wrong_version", "wrong_partition")
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowReport:
-    """The shadow rebuilder's finding for one partition: counts by divergence kind and (when the
-    report was just computed) the divergent rows themselves. ``reported_us`` 0: never checked."""
-
-    partition: int
-    node: str
-    reported_us: int
-    triggers: int
-    live_rows: int
-    counts: dict[str, int]
-    repartition_pending: int
-    duration_us: int
-    divergences: tuple[Divergence, ...] = ()
-    claimed_us: int | None = None
-
-    def count(self, kind: str) -> int:
-        return int(self.counts.get(kind, 0))
-
-    @property
-    def divergent(self) -> int:
-        return sum(self.counts.get(k, 0) for k in DIVERGENCE_KINDS)
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildStats:
-    """What ``rebuild_partition`` changed: rows added, removed, moved (instant, version or partition)."""
-
-    partition: int
-    triggers: int
-    rows: int
-    added: int
-    removed: int
-    changed: int
-
-
 #: Divergent rows stored per partition report at most (the counts are always complete).
 DIVERGENCE_ROWS_CAP = 1000
 
 
 def _parts(parts: Sequence[int]) -> str:
     return json.dumps(sorted(int(p) for p in parts))
-
-
-def _opt(x: Any) -> int | None:
-    return None if x is None else int(x)
 
 
 #: Attempts of a maintenance transaction that PostgreSQL aborted to break a deadlock.
@@ -340,21 +220,9 @@ def _retrying(fn: Callable[[], Any]) -> Any:
     raise AssertionError("unreachable")
 
 
-def _one_rowcount(n: int, what: str) -> bool:
-    if n > 1:
-        from .sql_store import InvariantViolation
-
-        raise InvariantViolation(f"{what} matched {n} rows")
-    return n == 1
-
-
-class LeasesMixin:
-    """Store operations of the timing plane across nodes (see the module docstring)."""
-
-    engine: Any
-    q: dict[str, str]
-
-    # --- the partition count ------------------------------------------------------------------
+class TimingLeases(Area):
+    """Partitions, leases, node sessions, partition-restricted due reads and the shadow rebuilder (the
+    timing area's first half: :class:`~fireledger.store.timing.SqlTiming` extends it)."""
 
     def partition_count(self) -> int:
         """The keyspace's partition count (``timing_settings``; 256 unless changed)."""
@@ -427,8 +295,6 @@ class LeasesMixin:
         with self.engine.read() as c:
             return [int(r[0]) for r in c.execute(self.q["tl_out_of_range_partitions"], {"n": n}).fetchall()]
 
-    # --- sessions and leases ------------------------------------------------------------------
-
     def heartbeat(self, node_id: str, role: str, *, now_us: int, started_us: int, eps_us: int,
                   eps_source: str, shedding: bool, lease_expires_us: int) -> list[tuple[int, int]]:
         """Renew the session of ``node_id`` and, in the same transaction, every lease it holds
@@ -450,14 +316,16 @@ class LeasesMixin:
         """Every lease row, by partition."""
         with self.engine.read() as c:
             rows = c.execute(self.q["tl_leases"]).fetchall()
-        return [Lease(int(r[0]), r[1], int(r[2]), int(r[3]), int(r[4]), _opt(r[5]), _opt(r[6]), _opt(r[7]),
-                      _opt(r[8]), r[9], r[10], _opt(r[11]), r[12]) for r in rows]
+        return [Lease(int(r[0]), r[1], int(r[2]), int(r[3]), int(r[4]), rec.opt_int(r[5]), rec.opt_int(r[6]),
+                      rec.opt_int(r[7]),
+                      rec.opt_int(r[8]), r[9], r[10], rec.opt_int(r[11]), r[12]) for r in rows]
 
     def sessions(self, role: str = "timing") -> list[NodeSession]:
         """The session rows of ``role`` (live or not: the caller judges with its own clock)."""
         with self.engine.read() as c:
             rows = c.execute(self.q["tl_sessions"], {"role": role}).fetchall()
-        return [NodeSession(str(r[0]), str(r[1]), int(r[2]), int(r[3]), _opt(r[4]), r[5], bool(r[6]), _opt(r[7]))
+        return [NodeSession(str(r[0]), str(r[1]), int(r[2]), int(r[3]), rec.opt_int(r[4]), r[5], bool(r[6]),
+                            rec.opt_int(r[7]))
                 for r in rows]
 
     def grant_leases(self, node_id: str, grants: Sequence[Grant], now_us: int) -> list[int]:
@@ -472,7 +340,7 @@ class LeasesMixin:
                     "owner": node_id, "expires_us": g.expires_us, "eps_us": g.eps_us, "now_us": now_us,
                     "takeover_us": g.takeover_us, "cause": g.cause, "partition": g.partition,
                     "rev": g.rev}).rowcount
-                if _one_rowcount(n, "grant_lease"):
+                if expect_one(n, "grant_lease"):
                     got.append(g.partition)
         return got
 
@@ -487,7 +355,7 @@ class LeasesMixin:
             for p in partitions:
                 n = c.execute(self.q["tl_release"], {"owner": node_id, "partition": p, "now_us": now_us,
                                                      "handoff_to": (handoff_to or {}).get(p)}).rowcount
-                if _one_rowcount(n, "release_lease"):
+                if expect_one(n, "release_lease"):
                     out.append(p)
         return out
 
@@ -507,8 +375,6 @@ class LeasesMixin:
         """Forget sessions of ``role`` silent since before ``before_us``."""
         with self.engine.write() as c:
             return int(c.execute(self.q["tl_prune_nodes"], {"role": role, "before_us": before_us}).rowcount)
-
-    # --- claims restricted to partitions ------------------------------------------------------
 
     def due_rows_in(self, until_us: int, limit: int, partitions: Sequence[int], n: int) -> list[DueRow]:
         """Due rows with ``next_us <= until_us`` whose ``partition mod n`` is in ``partitions``,
@@ -533,8 +399,6 @@ class LeasesMixin:
         with self.engine.read() as c:
             return [DueRow(*r) for r in c.execute(self.q["tl_due_index"]).fetchall()]
 
-    # --- the shadow rebuilder -----------------------------------------------------------------
-
     def shadow_claim(self, node_id: str, now_us: int, n: int) -> int | None:
         """Claim the partition whose shadow check is stalest (compare-and-set on its claim instant,
         so two nodes never check the same partition at once); None when another node won it."""
@@ -553,7 +417,7 @@ class LeasesMixin:
         with self.engine.read() as c:
             rows = c.execute(self.q["tl_shadow_rows"], {"partition": partition}).fetchall()
             strays = c.execute(self.q["tl_shadow_strays"], {"partition": partition}).fetchall()
-        return [_shadow_row(r) for r in rows], [StrayDue(str(s[0]), int(s[1]), int(s[2])) for s in strays]
+        return [rec.shadow_row(r) for r in rows], [StrayDue(str(s[0]), int(s[1]), int(s[2])) for s in strays]
 
     def shadow_write(self, report: ShadowReport) -> None:
         """Store ``report`` as the partition's latest (its divergent rows replace the previous ones)."""
@@ -576,16 +440,15 @@ class LeasesMixin:
         :meth:`shadow_divergences`). A partition never checked has ``reported_us`` 0."""
         with self.engine.read() as c:
             rows = c.execute(self.q["tl_shadow_reports"]).fetchall()
-        return [_report(r) for r in rows]
+        return [rec.shadow_report(r) for r in rows]
 
     def shadow_divergences(self) -> list[Divergence]:
         """Every divergent row of the latest reports, by partition and trigger."""
         with self.engine.read() as c:
             rows = c.execute(self.q["tl_shadow_divergences"]).fetchall()
-        return [Divergence(int(r[0]), str(r[1]), str(r[2]), _opt(r[3]), _opt(r[4]), _opt(r[5]), _opt(r[6]),
+        return [Divergence(int(r[0]), str(r[1]), str(r[2]), rec.opt_int(r[3]), rec.opt_int(r[4]), rec.opt_int(r[5]),
+                           rec.opt_int(r[6]),
                            int(r[7]), str(r[8])) for r in rows]
-
-    # --- rebuild ------------------------------------------------------------------------------
 
     def rebuild_partition(self, partition: int, expected: Callable[[ShadowRow], int | None]) -> RebuildStats:
         """Replace the due rows of the triggers of ``partition`` (and any due row stored under it)
@@ -598,7 +461,7 @@ class LeasesMixin:
             with self.engine.write() as c:
                 c.execute(self.q["tl_rebuild_lock"], {"partition": partition}).fetchall()
                 found = c.execute(self.q["tl_shadow_rows"], {"partition": partition}).fetchall()
-                rows = [_shadow_row(r) for r in found]
+                rows = [rec.shadow_row(r) for r in found]
                 strays = c.execute(self.q["tl_shadow_strays"], {"partition": partition}).fetchall()
                 before = {r.trigger_id: (r.due_next_us, r.due_version, r.due_partition)
                           for r in rows if r.due_next_us is not None}
@@ -629,18 +492,4 @@ class LeasesMixin:
             return int(c.execute(self.q["tl_delete_orphans"]).rowcount)
 
 
-def _report(r: Sequence[Any]) -> ShadowReport:
-    counts = {k: int(r[7 + i] or 0) for i, k in enumerate(DIVERGENCE_KINDS)}
-    return ShadowReport(partition=int(r[0]), node=str(r[3] or ""), reported_us=int(r[2] or 0),
-                        triggers=int(r[4] or 0), live_rows=int(r[5] or 0), counts=counts,
-                        repartition_pending=int(r[12] or 0), duration_us=int(r[13] or 0),
-                        claimed_us=int(r[1] or 0))
-
-
-def _shadow_row(r: Sequence[Any]) -> ShadowRow:
-    return ShadowRow(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4]), json.loads(r[5]), _opt(r[6]),
-                     _opt(r[7]), _opt(r[8]), _opt(r[9]), _opt(r[10]), _opt(r[11]), _opt(r[12]))
-
-
-__all__ = ["DIVERGENCE_KINDS", "Divergence", "Grant", "Lease", "LeasesMixin", "NodeSession", "RebuildStats",
-           "ShadowReport", "ShadowRow", "StrayDue"]
+__all__ = ["LEASE_QUERIES", "TimingLeases"]

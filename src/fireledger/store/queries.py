@@ -216,6 +216,11 @@ def register(queries: dict[str, str], overrides: dict[str, dict[str, str]] | Non
     _AREAS.append((queries, overrides or {}))
 
 
+def in_style(engine: str, text: str) -> str:
+    """``text`` (``:name`` placeholders) in ``engine``'s placeholder style."""
+    return _NAMED.sub(r"%(\1)s", text) if engine == "postgres" else text
+
+
 def for_engine(engine: str) -> dict[str, str]:
     """The query set for ``engine`` (``sqlite`` or ``postgres``), placeholders in its style."""
     merged = {**QUERIES, **OVERRIDES.get(engine, {})}
@@ -223,5 +228,5 @@ def for_engine(engine: str) -> dict[str, str]:
         merged.update(area)
         merged.update(area_overrides.get(engine, {}))
     if engine == "postgres":
-        return {k: _NAMED.sub(r"%(\1)s", v) for k, v in merged.items()}
+        return {k: in_style(engine, v) for k, v in merged.items()}
     return merged

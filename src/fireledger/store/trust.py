@@ -1,5 +1,5 @@
-"""Trust-boundary state (a :class:`~fireledger.store.SqlStore` mixin): the hash-chained audit,
-principals of a tenant, target ownership verification, tenant data keys, tenant deletion and purge.
+"""The trust area: the hash-chained audit, principals of a tenant, tenant data keys, console
+sessions, target ownership verification, tenant deletion and purge.
 
 Contracts:
 
@@ -15,35 +15,40 @@ Contracts:
   refuse UPDATE/DELETE on ``audit`` (migration 0004), and since 0011 refuse an insert that is not at
   the head, a head that does not advance by one, and deleting the head.
   ``prior``/``new`` are canonical JSON text and never carry payloads, secrets or tokens.
-* **A privileged act and its audit row commit together** where this mixin performs the act
-  (principals, targets, verification, tenant creation and deletion).
+* **A privileged act and its audit row commit together**: where this area performs the act
+  (principals, verification, tenant creation and deletion) and where another area does (the
+  registry's definition changes, the timing area's manual fires, the dispatch area's quota changes:
+  they are handed :meth:`SqlTrust.append_in` at composition, ``fireledger.store.root``).
 * **Tenant deletion** destroys the tenant's wrapped data key at once (its payloads become
   unreadable), revokes its principals, stops its triggers and skips its live fires — one
-  transaction. :meth:`TrustMixin.purge_deleted_tenants` later deletes definitions, payloads and
+  transaction. :meth:`SqlTrust.purge_deleted_tenants` later deletes definitions, payloads and
   history (one transaction per trigger, then one for the rest), keeping per-day fire counts.
 * Every method takes ``now_us`` from its caller; nothing here reads a clock.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from fireledger.domain.model import Principal, Target, Tenant
+from fireledger.domain.model import Principal, Tenant
+from fireledger.domain.trust_records import (
+    SEAL_ACTION,
+    AuditEntry,
+    AuditNote,
+    TargetTrust,
+    canonical,
+    chain_mac,
+)
 
 from . import queries
+from . import rows as rec
+from .console import SESSIONS_PER_PRINCIPAL
+from .core import Area
+from .engine import Engine, StoreError
 
-GENESIS_HASH = "0" * 64
-#: The purpose label of the audit chain's key (:func:`fireledger.security.derived.derived_key`).
-AUDIT_KEY_LABEL = "audit-chain"
-#: The migration that keys the chain; applying it seals any unkeyed rows (:meth:`TrustMixin._seal_legacy_audit`).
+#: The migration that keys the chain; applying it seals any unkeyed rows (:meth:`SqlTrust.seal_legacy_audit`).
 AUDIT_KEYED_MIGRATION = 11
-#: The action of the keyed row that seals the unkeyed rows written before migration 0011.
-SEAL_ACTION = "audit.seal"
 DAY_US = 86_400_000_000
 #: Tables a purge keeps (``tenants`` is scrubbed, not deleted) or handles itself, in this order.
 _KEPT_TABLES = frozenset({"tenants", "audit", "audit_head", "fire_counts", "schema_migrations"})
@@ -164,127 +169,42 @@ _OVERRIDES: dict[str, dict[str, str]] = {
 queries.register(TRUST_QUERIES, _OVERRIDES)
 
 
-@dataclass(frozen=True, slots=True)
-class AuditNote:
-    """An audit row to append inside the transaction of the change it records (the registry's acts:
-    :meth:`SqlStore.create_trigger`, ``amend_trigger``, ``insert_fires``). ``prior``/``new`` are plain
-    JSON values (canonicalised when appended); never payloads, secrets or tokens."""
-
-    tenant_id: str | None
-    actor: str
-    action: str
-    at_us: int
-    prior: Any = None
-    new: Any = None
+#: Finds the audit chain's key for a trust area: ``(area, upgrading) -> key``. ``upgrading`` is True
+#: inside migration 0011 (the key must exist already: an upgrade never creates a KEK).
+AuditKeySource = Callable[["SqlTrust", bool], bytes]
+_KEY_SOURCES: list[AuditKeySource] = []
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One audit row. ``prior``/``new`` are canonical JSON text (or None)."""
-
-    seq: int
-    tenant_id: str | None
-    actor: str
-    action: str
-    at_us: int
-    prior: str | None
-    new: str | None
-    prev_hash: str
-    hash: str
-
-    def as_json(self) -> dict[str, Any]:
-        """The export form (one JSON line per row): prior/new parsed back into values."""
-        return {"seq": self.seq, "tenant_id": self.tenant_id, "actor": self.actor, "action": self.action,
-                "at_us": self.at_us, "prior": _loads(self.prior), "new": _loads(self.new),
-                "prev_hash": self.prev_hash, "hash": self.hash}
+def install_audit_key_source(source: AuditKeySource) -> None:
+    """Install how a trust area without a key set finds one (``fireledger.security`` installs the
+    KEK-derived key when imported: the key lives outside the store, the store only uses it)."""
+    _KEY_SOURCES[:] = [source]
 
 
-@dataclass(frozen=True, slots=True)
-class TargetTrust:
-    """A target's ownership-verification state (``expires_us`` None: never lapses). ``addresses``:
-    for a plain-http target with a host name, the addresses that answered its challenge (the only
-    ones an attempt may connect to; decision 0089), space-separated; None otherwise."""
-
-    id: str
-    tenant_id: str
-    kind: str
-    url: str | None
-    state: str
-    token: str
-    verified_us: int | None
-    expires_us: int | None
-    error: str | None
-    deleted_us: int | None
-    addresses: str | None = None
-
-    @property
-    def pinned(self) -> frozenset[str] | None:
-        """:attr:`addresses` as a set (None when none are recorded)."""
-        return None if self.addresses is None else frozenset(self.addresses.split())
+def _key_source() -> AuditKeySource:
+    if not _KEY_SOURCES:
+        raise StoreError("the audit chain has no key: import fireledger.security (it derives the key from "
+                         "the key-encryption key) or call set_audit_key")
+    return _KEY_SOURCES[0]
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+class SqlTrust(Area):
+    """Audit, principals, verification, tenant keys, console sessions, deletion and purge
+    (see the module docstring)."""
 
-
-def canonical(value: Any) -> str | None:
-    """Canonical JSON text of an audit value (sorted keys, no spaces); None stays None."""
-    if value is None:
-        return None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _material(seq: int, tenant_id: str | None, actor: str, action: str, at_us: int, prior: str | None,
-              new: str | None, prev_hash: str) -> bytes:
-    return json.dumps([seq, tenant_id, actor, action, at_us, prior, new, prev_hash],
-                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def chain_hash(seq: int, tenant_id: str | None, actor: str, action: str, at_us: int, prior: str | None,
-               new: str | None, prev_hash: str) -> str:
-    """The *unkeyed* hash of rows written before migration 0011 (SHA-256 over the canonical JSON of
-    a row's content and ``prev_hash``). Anyone can compute it: verification accepts it only for the
-    rows that the keyed seal row covers."""
-    return hashlib.sha256(_material(seq, tenant_id, actor, action, at_us, prior, new, prev_hash)).hexdigest()
-
-
-def chain_mac(key: bytes, seq: int, tenant_id: str | None, actor: str, action: str, at_us: int,
-              prior: str | None, new: str | None, prev_hash: str) -> str:
-    """The keyed link a row carries since migration 0011: HMAC-SHA256 under the audit key over the
-    same canonical JSON as :func:`chain_hash` (64 hex digits, so the row shape is unchanged)."""
-    if len(key) < 32:
-        raise ValueError("key: the audit key must be at least 32 bytes")
-    return hmac.new(key, _material(seq, tenant_id, actor, action, at_us, prior, new, prev_hash),
-                    hashlib.sha256).hexdigest()
-
-
-def _principal(row: Sequence[Any]) -> Principal:
-    return Principal(row[0], row[1], row[2], frozenset(filter(None, str(row[3]).split(","))), row[4], row[5])
-
-
-def _audit(row: Sequence[Any]) -> AuditEntry:
-    return AuditEntry(int(row[0]), row[1], row[2], row[3], int(row[4]), row[5], row[6], row[7], row[8])
-
-
-class TrustMixin:
-    """Audit, principals, verification, tenant keys, deletion and purge (see the module docstring)."""
-
-    engine: Any
-    q: dict[str, str]
-    _audit_key: bytes | None = None
-
-    # --- audit ----------------------------------------------------------------------------------
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self._audit_key: bytes | None = None
 
     @property
     def audit_key(self) -> bytes:
-        """The audit chain's key: set by :meth:`set_audit_key`, else derived from the deployment's
-        KEK (``derived_key(store, "audit-chain")``; raises ``KekError`` when there is no KEK — an
-        audited act then fails rather than writing a row a database writer could forge)."""
+        """The audit chain's key: set by :meth:`set_audit_key`, else asked of the installed key source
+        (:func:`install_audit_key_source`: ``fireledger.security`` derives it from the deployment's
+        KEK and raises ``KekError`` when there is none — an audited act then fails rather than
+        writing a row a database writer could forge). The store itself never reads a KEK."""
         key = self._audit_key
         if key is None:
-            from fireledger.security.derived import derived_key  # the key lives outside the store
-
-            key = self._audit_key = derived_key(self, AUDIT_KEY_LABEL)
+            key = self._audit_key = _key_source()(self, False)
         return key
 
     def set_audit_key(self, key: bytes) -> None:
@@ -307,7 +227,7 @@ class TrustMixin:
         c.execute(self.q["audit_head_set"], {"seq": seq, "hash": h})
         return AuditEntry(seq, tenant_id, actor, action, at_us, p, n, prev, h)
 
-    def _seal_legacy_audit(self, c: Any, now_us: int) -> AuditEntry | None:
+    def seal_legacy_audit(self, c: Any, now_us: int) -> AuditEntry | None:
         """Inside the transaction applying migration 0011: when unkeyed rows exist, append the keyed
         ``audit.seal`` row naming their count and the head hash (its ``prev_hash``), so they can no
         longer be rewritten without the key. ``at_us`` is ``now_us``, or the last sealed row's instant
@@ -320,22 +240,16 @@ class TrustMixin:
         if int(seq) == 0:
             return None
         if self._audit_key is None:
-            from fireledger.security.derived import derive_from
-            from fireledger.security.envelope import KekError, load_kek
-
-            try:
-                kek = load_kek(self)
-            except KekError as exc:
-                raise KekError(f"migration 0011 seals the {int(seq)} existing audit rows under the audit key, "
-                               f"derived from the key-encryption key: {exc}") from None
-            self._audit_key = derive_from(kek, AUDIT_KEY_LABEL)
+            self._audit_key = _key_source()(self, True)
         last = c.execute(self.q["audit_rows"], {"after": int(seq) - 1, "limit": 1}).fetchone()
         at_us = now_us or (int(last[4]) if last is not None else 0)
         return self._append_audit(c, None, "system:upgrade", SEAL_ACTION, at_us, None,
                                   {"sealed_rows": int(seq), "sealed_hash": str(prev), "scheme": "hmac-sha256"})
 
-    def _append_note(self, c: Any, note: AuditNote) -> AuditEntry:
-        """Append ``note`` inside the caller's write transaction (see :meth:`_append_audit`)."""
+    def append_in(self, c: Any, note: AuditNote) -> AuditEntry:
+        """Append ``note`` inside the caller's open write transaction ``c`` and return the row: the
+        function other areas are handed at composition, so an audited act and its audit row commit
+        together (rolled back with it). Locks the chain's head row until ``c`` commits."""
         return self._append_audit(c, note.tenant_id, note.actor, note.action, note.at_us, note.prior, note.new)
 
     def append_audit(self, tenant_id: str | None, actor: str, action: str, at_us: int,
@@ -352,7 +266,7 @@ class TrustMixin:
             else:
                 rows = c.execute(self.q["audit_rows_of_tenant"],
                                  {"tenant_id": tenant_id, "after": after_seq, "limit": limit}).fetchall()
-        return [_audit(r) for r in rows]
+        return [rec.audit(r) for r in rows]
 
     def audit_head(self) -> tuple[int, str]:
         """``(last seq, its hash)`` as recorded by the chain's head row."""
@@ -360,42 +274,20 @@ class TrustMixin:
             seq, h = c.execute(self.q["audit_head"]).fetchone()
         return int(seq), str(h)
 
-    # --- tenants --------------------------------------------------------------------------------
-
     def create_tenant_audited(self, tenant: Tenant, principal: Principal, token_hash: str, actor: str) -> None:
         """Create a tenant with its first principal and audit it, in one transaction."""
         with self.engine.write() as c:
             c.execute(self.q["insert_tenant"], {"id": tenant.id, "name": tenant.name,
                                                 "created_us": tenant.created_us})
-            self._insert_principal_row(c, principal, token_hash)
+            c.execute(self.q["insert_principal"], rec.principal_params(principal, token_hash))
             self._append_audit(c, tenant.id, actor, "tenant.create", tenant.created_us, None,
                                {"tenant_id": tenant.id, "principal_id": principal.id,
                                 "roles": sorted(principal.roles)})
 
-    def tenant_id_by_name(self, name: str) -> str | None:
-        with self.engine.read() as c:
-            row = c.execute(self.q["trust_tenant_by_name"], {"name": name}).fetchone()
-        return None if row is None else str(row[0])
-
-    def tenant_state(self, tenant_id: str) -> dict[str, Any] | None:
-        """``{id, created_us, deleted_us, purged_us}`` of a tenant (deleted ones too), or None."""
-        with self.engine.read() as c:
-            row = c.execute(self.q["trust_tenant_row"], {"id": tenant_id}).fetchone()
-        if row is None:
-            return None
-        return {"id": row[0], "created_us": row[2], "deleted_us": row[3], "purged_us": row[4]}
-
-    # --- principals -----------------------------------------------------------------------------
-
-    def _insert_principal_row(self, c: Any, p: Principal, token_hash: str) -> None:
-        c.execute(self.q["insert_principal"], {
-            "id": p.id, "tenant_id": p.tenant_id, "name": p.name, "token_hash": token_hash,
-            "roles": ",".join(sorted(p.roles)), "created_us": p.created_us})
-
     def create_principal_audited(self, principal: Principal, token_hash: str, actor: str) -> None:
         """Insert a principal (its token only as a hash) and audit the grant, in one transaction."""
         with self.engine.write() as c:
-            self._insert_principal_row(c, principal, token_hash)
+            c.execute(self.q["insert_principal"], rec.principal_params(principal, token_hash))
             self._append_audit(c, principal.tenant_id, actor, "principal.create", principal.created_us, None,
                                {"principal_id": principal.id, "name": principal.name,
                                 "roles": sorted(principal.roles)})
@@ -405,14 +297,16 @@ class TrustMixin:
         with self.engine.read() as c:
             rows = c.execute(self.q["trust_list_principals"],
                              {"tenant_id": tenant_id, "after": after, "limit": limit}).fetchall()
-        return [_principal(r) for r in rows]
+        return [rec.principal(r) for r in rows]
 
     def get_principal(self, tenant_id: str, principal_id: str) -> Principal | None:
+        """The tenant's principal (revoked ones too), or None — also for another tenant's."""
         with self.engine.read() as c:
             row = c.execute(self.q["trust_get_principal"], {"tenant_id": tenant_id, "id": principal_id}).fetchone()
-        return _principal(row) if row else None
+        return rec.principal(row) if row else None
 
     def count_principals(self, tenant_id: str) -> int:
+        """How many principals the tenant has (revoked ones too)."""
         with self.engine.read() as c:
             return int(c.execute(self.q["trust_count_principals"], {"tenant_id": tenant_id}).fetchone()[0])
 
@@ -423,7 +317,7 @@ class TrustMixin:
             row = c.execute(self.q["trust_get_principal"], {"tenant_id": tenant_id, "id": principal_id}).fetchone()
             if row is None or row[5] is not None:
                 return "absent"
-            p = _principal(row)
+            p = rec.principal(row)
             if "admin" in p.roles:
                 admins = [r[0] for r in c.execute(self.q["trust_live_admins"], {"tenant_id": tenant_id})
                           if "admin" in str(r[1]).split(",")]
@@ -438,46 +332,11 @@ class TrustMixin:
                                {"principal_id": p.id, "revoked": True})
         return "revoked"
 
-    # --- targets --------------------------------------------------------------------------------
-
-    def count_targets(self, tenant_id: str) -> int:
-        with self.engine.read() as c:
-            return int(c.execute(self.q["trust_count_targets"], {"tenant_id": tenant_id}).fetchone()[0])
-
-    def create_target_audited(self, t: Target, actor: str) -> None:
-        """Insert a target and audit it (URL and kind only: never the secret), in one transaction.
-        The secret is stored sealed (:meth:`SqlStore.sealed_secret`)."""
-        secret = self.sealed_secret(t)  # type: ignore[attr-defined]
-        with self.engine.write() as c:
-            c.execute(self.q["insert_target"], {
-                "id": t.id, "tenant_id": t.tenant_id, "kind": t.kind, "url": t.url, "secret": secret,
-                "verification_state": t.verification_state, "verification_token": t.verification_token,
-                "created_us": t.created_us})
-            self._append_audit(c, t.tenant_id, actor, "target.create", t.created_us, None,
-                               {"target_id": t.id, "kind": t.kind, "url": t.url})
-
-    def delete_target_audited(self, tenant_id: str, target_id: str, actor: str, now_us: int) -> str:
-        """Soft-delete a target and audit it. Returns ``deleted``, ``absent`` or ``in-use:<trigger id>``."""
-        with self.engine.write() as c:
-            row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
-            if row is None or row[1] != tenant_id or row[9] is not None:
-                return "absent"
-            used = c.execute(self.q["target_in_use"], {"tenant_id": tenant_id, "target_id": target_id}).fetchone()
-            if used:
-                return f"in-use:{used[0]}"
-            n = c.execute(self.q["delete_target"], {"tenant_id": tenant_id, "id": target_id,
-                                                    "now_us": now_us}).rowcount
-            if n != 1:
-                return "absent"
-            self._append_audit(c, tenant_id, actor, "target.delete", now_us,
-                               {"target_id": target_id, "url": row[3], "verification": row[4]}, None)
-        return "deleted"
-
     def target_trust(self, target_id: str) -> TargetTrust | None:
         """The verification state of a target (any tenant's, deleted ones too): the dispatch check."""
         with self.engine.read() as c:
             row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
-        return TargetTrust(*row) if row else None
+        return rec.target_trust(row) if row else None
 
     def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
                                 expires_us: int | None, error: str | None, actor: str, now_us: int,
@@ -501,14 +360,6 @@ class TrustMixin:
                                 "error": error, **({"addresses": pinned} if pinned is not None else {})})
         return True
 
-    # --- triggers -------------------------------------------------------------------------------
-
-    def count_live_triggers(self, tenant_id: str) -> int:
-        with self.engine.read() as c:
-            return int(c.execute(self.q["trust_count_live_triggers"], {"tenant_id": tenant_id}).fetchone()[0])
-
-    # --- tenant data keys -----------------------------------------------------------------------
-
     def tenant_wrapped_key(self, tenant_id: str) -> tuple[bool, bytes | None]:
         """``(tenant is live, its wrapped data key or None)``; an unknown tenant is ``(False, None)``."""
         with self.engine.read() as c:
@@ -526,8 +377,6 @@ class TrustMixin:
         if row is None or row[0] is not None or row[1] is None:
             return None
         return bytes(row[1])
-
-    # --- deletion and purge ---------------------------------------------------------------------
 
     def delete_tenant(self, tenant_id: str, actor: str, now_us: int) -> dict[str, int] | None:
         """Delete a tenant at once: destroy its data key, revoke its principals, stop its triggers
@@ -550,13 +399,6 @@ class TrustMixin:
             self._append_audit(c, tenant_id, actor, "tenant.delete", now_us, {"tenant_id": tenant_id},
                                {"tenant_id": tenant_id, "data_key": "destroyed", **out})
         return out
-
-    def _tenant_tables(self, c: Any) -> list[str]:
-        names = [str(r[0]) for r in c.execute(self.q["trust_tenant_tables_sqlite"]).fetchall()]
-        if self.engine.name == "sqlite":
-            names = [n for n in names
-                     if any(col[1] == "tenant_id" for col in c.execute(f'PRAGMA table_info("{n}")').fetchall())]
-        return sorted(set(names))
 
     def purge_deleted_tenants(self, cutoff_us: int, now_us: int, limit: int = 10) -> list[dict[str, Any]]:
         """Purge tenants deleted at or before ``cutoff_us``: per trigger, count its fires per day and
@@ -581,16 +423,14 @@ class TrustMixin:
                     c.execute(self.q["trust_purge_outcomes"], key)
                     fires += c.execute(self.q["trust_purge_fires"], key).rowcount
             with self.engine.write() as c:
-                tables = self._tenant_tables(c)
+                tables = self.engine.tables_with_column(c, "tenant_id")
                 others = [t for t in tables if t not in _KEPT_TABLES and t not in _PURGE_ORDER]
-                rows = 0
+                deleted = 0
                 for table in [*others, *(t for t in _PURGE_ORDER if t in tables)]:
-                    rows += c.execute(f'DELETE FROM "{table}" WHERE tenant_id = :tenant_id'
-                                      if self.engine.name == "sqlite" else
-                                      f'DELETE FROM "{table}" WHERE tenant_id = %(tenant_id)s',
-                                      {"tenant_id": tenant_id}).rowcount
+                    deleted += c.execute(self.engine.sql(f'DELETE FROM "{table}" WHERE tenant_id = :tenant_id'),
+                                         {"tenant_id": tenant_id}).rowcount
                 c.execute(self.q["trust_scrub_tenant"], {"id": tenant_id, "now_us": now_us})
-                summary = {"tenant_id": tenant_id, "triggers": len(triggers), "fires": fires, "rows": rows}
+                summary = {"tenant_id": tenant_id, "triggers": len(triggers), "fires": fires, "rows": deleted}
                 self._append_audit(c, tenant_id, "system:purge", "tenant.purge", now_us, None, summary)
             done.append(summary)
         return done
@@ -601,5 +441,50 @@ class TrustMixin:
             rows = c.execute(self.q["trust_fire_counts"], {"tenant_id": tenant_id}).fetchall()
         return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
+    def create_tenant_with_principal(self, tenant: Tenant, principal: Principal, token_hash: str) -> None:
+        """Insert a tenant and its first principal in one transaction, unaudited (tests and tools;
+        the API uses :meth:`create_tenant_audited`)."""
+        with self.engine.write() as c:
+            c.execute(self.q["insert_tenant"], {"id": tenant.id, "name": tenant.name,
+                                                "created_us": tenant.created_us})
+            c.execute(self.q["insert_principal"], rec.principal_params(principal, token_hash))
 
-__all__ = ["DAY_US", "GENESIS_HASH", "AuditEntry", "AuditNote", "TargetTrust", "TrustMixin", "canonical", "chain_hash"]
+    def create_principal(self, principal: Principal, token_hash: str) -> None:
+        """Insert a principal (its token only as a hash), unaudited (tests and tools; the API uses
+        :meth:`create_principal_audited`)."""
+        with self.engine.write() as c:
+            c.execute(self.q["insert_principal"], rec.principal_params(principal, token_hash))
+
+    def principal_by_token_hash(self, token_hash: str) -> Principal | None:
+        """The principal whose token hashes to ``token_hash`` (revoked ones too: the caller checks
+        ``revoked_us``), or None."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["principal_by_token_hash"], {"token_hash": token_hash}).fetchone()
+        if not row:
+            return None
+        return Principal(row[0], row[1], row[2], frozenset(filter(None, row[3].split(","))), row[4], row[5])
+
+    def create_console_session(self, id_hash: str, principal: Principal, now_us: int, expires_us: int) -> None:
+        """Store a session (by the hash of its id) for ``principal`` until ``expires_us``; drop
+        expired sessions and the principal's oldest beyond :data:`SESSIONS_PER_PRINCIPAL`."""
+        with self.engine.write() as c:
+            c.execute(self.q["console_session_expired"], {"now_us": now_us})
+            c.execute(self.q["console_session_insert"], {
+                "id_hash": id_hash, "tenant_id": principal.tenant_id, "principal_id": principal.id,
+                "created_us": now_us, "expires_us": expires_us})
+            c.execute(self.q["console_session_trim"], {"principal_id": principal.id,
+                                                       "keep": SESSIONS_PER_PRINCIPAL})
+
+    def console_session(self, id_hash: str, now_us: int) -> Principal | None:
+        """The principal of a live session (unexpired, principal not revoked, tenant not deleted)."""
+        with self.engine.read() as c:
+            row = c.execute(self.q["console_session_get"], {"id_hash": id_hash, "now_us": now_us}).fetchone()
+        return rec.principal(row) if row else None
+
+    def end_console_session(self, id_hash: str) -> bool:
+        """Delete a session (sign out); False when there was none."""
+        with self.engine.write() as c:
+            return int(c.execute(self.q["console_session_delete"], {"id_hash": id_hash}).rowcount) > 0
+
+
+__all__ = ["AUDIT_KEYED_MIGRATION", "DAY_US", "AuditKeySource", "SqlTrust", "install_audit_key_source"]

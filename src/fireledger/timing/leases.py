@@ -38,10 +38,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from fireledger.clock import Clock, Interval
+from fireledger.domain.timing_records import Grant, Lease, NodeSession
 from fireledger.observe.metrics import METRICS
 from fireledger.settings import LeaseSettings  # the lease timing, read with every other setting
-from fireledger.store import SqlStore
-from fireledger.store.leases import Grant, Lease, NodeSession
+from fireledger.store import Store
 
 log = logging.getLogger("fireledger.timing.leases")
 
@@ -134,7 +134,7 @@ class LeaseManager:
     """One timing node's leases (see the module docstring). ``cycle()`` is one synchronous step —
     tests drive it with a fake clock; ``run()`` repeats it on a thread until stopped."""
 
-    def __init__(self, store: SqlStore, clock: Clock, node_id: str, settings: LeaseSettings | None = None, *,
+    def __init__(self, store: Store, clock: Clock, node_id: str, settings: LeaseSettings | None = None, *,
                  role: str = "timing", on_change: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.clock = clock
@@ -256,10 +256,10 @@ class LeaseManager:
         st = self.settings
         now = iv.earliest_us
         assert self._started_us is not None
-        held = self.store.heartbeat(
+        held = self.store.timing.heartbeat(
             self.node_id, self.role, now_us=now, started_us=self._started_us, eps_us=iv.eps_us,
             eps_source=iv.source, shedding=shedding, lease_expires_us=now + int(st.lease_ttl_s * S))
-        n = int(self.store.partition_count())
+        n = int(self.store.timing.partition_count())
         valid_until = m0 + min(st.session_ttl_s, st.lease_ttl_s) - 2 * iv.eps_us / S - st.guard_s
         held_now = frozenset(p for p, _ in held if p < n)
         lost = set(self.ownership().partitions - held_now)
@@ -270,7 +270,7 @@ class LeaseManager:
         self._set_ownership(held_now, n, valid_until)
         self._cycles += 1
         if self._cycles % 120 == 1:
-            self.store.prune_nodes(self.role, now - int(st.prune_after_s * S))
+            self.store.timing.prune_nodes(self.role, now - int(st.prune_after_s * S))
         return held_now, n
 
     def _read_cluster(self, now: int, n: int, rep: CycleReport) -> _Cluster:
@@ -279,8 +279,8 @@ class LeaseManager:
         A session is live when not stopped and its heartbeat + ``session_ttl_s`` ≥ ``now``; active
         nodes are the live, non-shedding ones, sorted. Sets ``rep.live`` and reports (gauge, one
         log line per episode) a correlated excursion: at least two live nodes, most shedding."""
-        table = [lease for lease in self.store.lease_table() if lease.partition < n]
-        sessions = self.store.sessions(self.role)
+        table = [lease for lease in self.store.timing.lease_table() if lease.partition < n]
+        sessions = self.store.timing.sessions(self.role)
         session_us = int(self.settings.session_ttl_s * S)
         live = {s.id: s for s in sessions if s.stopped_us is None and s.heartbeat_us + session_us >= now}
         active = sorted(i for i, s in live.items() if not s.shedding)
@@ -346,7 +346,7 @@ class LeaseManager:
         """Stop claiming the partitions in ``release`` (waiting for a commit in flight), then release
         them in the store, each offered to its node; ``rep.released`` lists those the store released."""
         self._drop(set(release))
-        done = self.store.release_leases(self.node_id, sorted(release), now, release)
+        done = self.store.timing.release_leases(self.node_id, sorted(release), now, release)
         rep.released = done
         for p in done:
             self._released_at[p] = m0
@@ -407,7 +407,7 @@ class LeaseManager:
         """Grant ``grants`` by compare-and-set; what the store granted joins the ownership at once
         (same validity), is listed in ``rep.granted``, observed as takeover durations per cause, and
         wakes ``on_change``."""
-        got = self.store.grant_leases(self.node_id, grants, now)
+        got = self.store.timing.grant_leases(self.node_id, grants, now)
         rep.granted = got
         if not got:
             return
@@ -445,7 +445,7 @@ class LeaseManager:
         self._drop(set(self.ownership().partitions))
         self._set_ownership(frozenset(), self.ownership().n, 0.0)
         try:
-            n = self.store.stop_node(self.node_id, self.clock.now().earliest_us)
+            n = self.store.timing.stop_node(self.node_id, self.clock.now().earliest_us)
             log.info("node %s stopped and released %d partitions", self.node_id, n)
         except Exception as exc:
             log.warning("node %s could not release its leases on stop (they expire): %s", self.node_id, exc)

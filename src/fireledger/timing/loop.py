@@ -55,11 +55,11 @@ from fireledger.domain.model import (
 )
 from fireledger.domain.overlap import HeldRef, PreviousFire, Verdict, apply_overlap, release_plan
 from fireledger.domain.policies import PlanContext, miss_threshold_from, plan_due
+from fireledger.domain.timing_records import FireFacts, HeldRow
 from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instant
 from fireledger.settings import process_env
-from fireledger.store import SqlStore, is_database_error
-from fireledger.store.overlap import FireFacts, HeldRow
+from fireledger.store import Store, is_database_error
 
 from .leases import LeaseManager, Ownership
 
@@ -127,7 +127,7 @@ def sleep_after(res: TickResult, next_due_us: int | None, earliest_now_us: int, 
 
 
 class TimingLoop:
-    def __init__(self, store: SqlStore, clock: Clock, node_id: str, *, batch: int = 1000,
+    def __init__(self, store: Store, clock: Clock, node_id: str, *, batch: int = 1000,
                  eps_ceiling_us: int = DEFAULT_EPS_CEILING_US,
                  on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
                  max_sleep_s: float = 0.5, metrics: object | None = None,
@@ -161,7 +161,7 @@ class TimingLoop:
         key = (trigger_id, version)
         v = self._versions.get(key)
         if v is None:
-            v = self.store.get_version(trigger_id, version)
+            v = self.store.registry.get_version(trigger_id, version)
             if v is not None:
                 if len(self._versions) >= VERSION_CACHE_MAX:
                     self._versions.clear()
@@ -188,7 +188,7 @@ class TimingLoop:
             if len(self._versions) + len(missing) > VERSION_CACHE_MAX:
                 self._versions.clear()
             try:
-                self._versions.update(self.store.get_versions(missing))
+                self._versions.update(self.store.registry.get_versions(missing))
             except Exception as exc:
                 if is_store_failure(exc):
                     raise
@@ -231,7 +231,7 @@ class TimingLoop:
                            eps_us=eps_us, eps_source=eps_source)
             reason = (f"paused by the timing plane at {when}: {fl.cause}; amend the trigger (a new schedule) "
                       "and resume it")
-            if self.store.pause_failing(r, fire, reason, earliest_us):
+            if self.store.registry.pause_failing(r, fire, reason, earliest_us):
                 out.append(fire)
                 log.warning("trigger %s paused: its instant %s cannot be decided (%s)", r.trigger_id,
                             format_instant(from_us(r.next_us)), fl.cause)
@@ -252,7 +252,7 @@ class TimingLoop:
                        at_us: int) -> None:
         """Apply overlap skip/queue to the decisions at ``checked`` (in place), reading the previous
         and held fires of those triggers in one statement. Rows under ``allow`` never get here."""
-        facts = self.store.overlap_facts([(v.tenant_id, v.trigger_id) for _, v in checked])
+        facts = self.store.timing.overlap_facts([(v.tenant_id, v.trigger_id) for _, v in checked])
         for i, v in checked:
             fx = facts.get(v.trigger_id)
             prev = self._previous(fx.previous if fx is not None else None)
@@ -267,7 +267,7 @@ class TimingLoop:
         out: list[NewFire] = []
         after: tuple[int, str, int] | None = None
         while True:
-            rows = self.store.held_fires(after, page)
+            rows = self.store.timing.held_fires(after, page)
             if rows:
                 last = rows[-1]
                 after = (last.scheduled_us, last.trigger_id, last.seq)
@@ -279,7 +279,7 @@ class TimingLoop:
     def _release_page(self, rows: Sequence[HeldRow], at_us: int) -> list[NewFire]:
         if not rows:
             return []
-        facts = self.store.overlap_facts([(h.tenant_id, h.trigger_id) for h in rows])
+        facts = self.store.timing.overlap_facts([(h.tenant_id, h.trigger_id) for h in rows])
         chosen: list[tuple[HeldRow, FireUpdate, NewFire]] = []
         for h in rows:
             cur = self._version(h.trigger_id, h.current_version)
@@ -298,14 +298,14 @@ class TimingLoop:
         # Trigger-id order, as decisions lock (and supersede held fires): two commits never wait in a cycle.
         chosen.sort(key=lambda c: c[0].trigger_id)
         if self.leases is None:
-            done = self.store.release_held([u for _, u, _ in chosen])
+            done = self.store.timing.release_held([u for _, u, _ in chosen])
         else:
             with self.leases.claim_lock:   # as a commit of decisions: ownership re-checked, no release overlaps
                 own = self.leases.ownership()
                 if not own.valid(self.clock.monotonic()):
                     return []
                 chosen = [c for c in chosen if own.owns(c[0].partition)]
-                done = self.store.release_held([u for _, u, _ in chosen])
+                done = self.store.timing.release_held([u for _, u, _ in chosen])
         out = [f for (_, _, f), ok in zip(chosen, done, strict=True) if ok]
         for f in out:
             log.info("overlap: released held fire %s", FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
@@ -317,8 +317,8 @@ class TimingLoop:
 
     def _due(self, until_us: int, own: Ownership | None) -> list[DueRow]:
         if own is None:
-            return self.store.due_rows(until_us, self.batch)
-        return self.store.due_rows_in(until_us, self.batch, sorted(own.partitions), own.n)
+            return self.store.timing.due_rows(until_us, self.batch)
+        return self.store.timing.due_rows_in(until_us, self.batch, sorted(own.partitions), own.n)
 
     def tick(self) -> TickResult:
         """One cycle: read the clock, claim every due row ≤ earliest of the partitions held (in
@@ -349,7 +349,7 @@ class TimingLoop:
             if self.leases is None:
                 if self.before_apply is not None:
                     self.before_apply(decisions)
-                outcomes = self.store.apply_decisions(decisions)   # commit point
+                outcomes = self.store.timing.apply_decisions(decisions)   # commit point
                 if failures:
                     res.failed += self.fail_rows(failures, iv.earliest_us, iv.eps_us, iv.source)
             else:
@@ -365,7 +365,7 @@ class TimingLoop:
                     res.dropped += len(decisions) - len(kept)
                     if self.before_apply is not None:
                         self.before_apply(kept)
-                    outcomes = self.store.apply_decisions(kept)   # commit point
+                    outcomes = self.store.timing.apply_decisions(kept)   # commit point
                     mine = [fl for fl in failures if cur.owns(part[fl.row.trigger_id])]
                     if mine:
                         res.failed += self.fail_rows(mine, iv.earliest_us, iv.eps_us, iv.source)
@@ -397,10 +397,10 @@ class TimingLoop:
     def _earliest_due(self) -> int | None:
         own = self.ownership()
         if own is None:
-            return self.store.earliest_due()
+            return self.store.timing.earliest_due()
         if not own.partitions:
             return None
-        return self.store.earliest_due_in(sorted(own.partitions), own.n)
+        return self.store.timing.earliest_due_in(sorted(own.partitions), own.n)
 
     def wake_threadsafe(self) -> None:
         """Wake the loop from another thread (a lease taken, a definition-change notification)."""

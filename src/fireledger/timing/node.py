@@ -35,7 +35,7 @@ from typing import Any
 from fireledger.clock import Clock
 from fireledger.domain.model import NewFire
 from fireledger.settings import Settings
-from fireledger.store import SqlStore, StoreError
+from fireledger.store import Store, StoreError
 
 from .clockguard import StepGuardClock
 from .leases import LeaseManager, LeaseSettings
@@ -83,13 +83,13 @@ class ServerClockProbe:
     connection per probe and keep it.) Only one probe runs at a time; a probe that finds another in
     flight fails fast and the cross-check keeps its last measurement."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._conn: Any = None
 
     def __call__(self) -> int:
-        if self.store.engine_name != "postgres":
+        if not self.store.engine.caps.server_clock:
             return self.store.server_time_us()
         import psycopg
 
@@ -124,7 +124,7 @@ class UnleasedSession:
 
     ROLE = "timing-all"
 
-    def __init__(self, store: SqlStore, clock: Clock, node_id: str, *, eps_ceiling_us: int,
+    def __init__(self, store: Store, clock: Clock, node_id: str, *, eps_ceiling_us: int,
                  interval_s: float = 1.0, prune_after_s: float = 3600.0) -> None:
         self.store = store
         self.clock = clock
@@ -139,10 +139,10 @@ class UnleasedSession:
         """Write the session row once: heartbeat, ε and its source, shedding."""
         iv = self.clock.now()
         now = iv.earliest_us
-        self.store.heartbeat(self.node_id, self.ROLE, now_us=now, started_us=self.started_us, eps_us=iv.eps_us,
+        self.store.timing.heartbeat(self.node_id, self.ROLE, now_us=now, started_us=self.started_us, eps_us=iv.eps_us,
                              eps_source=iv.source, shedding=iv.eps_us > self.eps_ceiling_us, lease_expires_us=now)
         if self.beats % 60 == 0:
-            self.store.prune_nodes(self.ROLE, now - int(self.prune_after_s * 1_000_000))
+            self.store.timing.prune_nodes(self.ROLE, now - int(self.prune_after_s * 1_000_000))
         self.beats += 1
 
     def run(self, stop: threading.Event) -> None:
@@ -158,7 +158,7 @@ class UnleasedSession:
                     break
         finally:
             try:
-                self.store.stop_node(self.node_id, self.clock.now().earliest_us)
+                self.store.timing.stop_node(self.node_id, self.clock.now().earliest_us)
             except Exception as exc:
                 log.warning("node %s: could not mark the session stopped: %s", self.node_id, exc)
 
@@ -166,7 +166,7 @@ class UnleasedSession:
 class TimingNode:
     """The timing plane of one process (see the module docstring)."""
 
-    def __init__(self, store: SqlStore, loop: TimingLoop, *, leases: LeaseManager | None,
+    def __init__(self, store: Store, loop: TimingLoop, *, leases: LeaseManager | None,
                  shadow: ShadowRebuilder | None, listener: DefinitionListener | None,
                  session: UnleasedSession | None = None) -> None:
         self.store = store
@@ -180,7 +180,7 @@ class TimingNode:
         self._metrics_server: Any = None
 
     @classmethod
-    def build(cls, store: SqlStore, clock: Clock, node_id: str, *,
+    def build(cls, store: Store, clock: Clock, node_id: str, *,
               on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
               lease_settings: LeaseSettings | None = None, shadow_settings: ShadowSettings | None = None,
               leases: bool | None = None, shadow: bool | None = None, listen: bool | None = None,
@@ -190,12 +190,12 @@ class TimingNode:
         ``ValueError`` naming the variable."""
         if settings is None:
             settings = Settings.from_env()
-        pg = store.engine_name == "postgres"
+        caps = store.engine.caps
         if leases is None:
-            leases = pg if settings.timing_leases is None else settings.timing_leases
+            leases = caps.networked if settings.timing_leases is None else settings.timing_leases
         use_leases = leases
         use_shadow = (settings.shadow is not False) if shadow is None else shadow
-        use_listen = pg if listen is None else (listen and pg)
+        use_listen = caps.notify if listen is None else (listen and caps.notify)
         guarded = StepGuardClock(clock)
         lease_cfg = lease_settings or settings.leases
         manager = LeaseManager(store, guarded, node_id, lease_cfg) if use_leases else None
@@ -210,7 +210,7 @@ class TimingNode:
         listener = None
         if use_listen:
             listener = DefinitionListener(getattr(store.engine, "url", ""), loop.wake_threadsafe)
-        store.ensure_partitions()
+        store.timing.ensure_partitions()
         session = None if manager is not None else UnleasedSession(store, guarded, node_id,
                                                                    eps_ceiling_us=lease_cfg.eps_ceiling_us)
         node = cls(store, loop, leases=manager, shadow=rebuilder, listener=listener, session=session)

@@ -43,9 +43,16 @@ from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.keys import from_us
 from fireledger.domain.partition import partition_of
+from fireledger.domain.timing_records import (
+    DIVERGENCE_KINDS,
+    Divergence,
+    RebuildStats,
+    ShadowReport,
+    ShadowRow,
+    StrayDue,
+)
 from fireledger.observe.metrics import METRICS
-from fireledger.store import SqlStore
-from fireledger.store.leases import DIVERGENCE_KINDS, Divergence, RebuildStats, ShadowReport, ShadowRow, StrayDue
+from fireledger.store import Store
 
 log = logging.getLogger("fireledger.timing.shadow")
 
@@ -118,7 +125,7 @@ class ShadowSettings:
 class ShadowRebuilder:
     """Walks partitions on a rota and reports divergence (see the module docstring)."""
 
-    def __init__(self, store: SqlStore, clock: Clock, node_id: str, settings: ShadowSettings | None = None) -> None:
+    def __init__(self, store: Store, clock: Clock, node_id: str, settings: ShadowSettings | None = None) -> None:
         self.store = store
         self.clock = clock
         self.node_id = node_id
@@ -129,13 +136,13 @@ class ShadowRebuilder:
     def check(self, partition: int, n: int | None = None) -> ShadowReport:
         """Check one partition now and store its report (also used by tests and the CLI)."""
         st = self.store
-        n = st.partition_count() if n is None else n
+        n = st.timing.partition_count() if n is None else n
         t0 = self.clock.monotonic()
-        rows, strays = st.shadow_snapshot(partition)
+        rows, strays = st.timing.shadow_snapshot(partition)
         now_us = self.clock.now().earliest_us
         report = compare(partition, rows, strays, n, node=self.node_id, now_us=now_us,
                          duration_us=int((self.clock.monotonic() - t0) * 1e6))
-        st.shadow_write(report)
+        st.timing.shadow_write(report)
         METRICS.shadow_checked.inc()
         if report.divergent:
             sample = "; ".join(
@@ -149,11 +156,11 @@ class ShadowRebuilder:
     def step(self) -> ShadowReport | None:
         """Claim the stalest partition and check it; None when another node took it first."""
         st = self.store
-        n = st.partition_count()
+        n = st.timing.partition_count()
         if self._ensured_n != n:
-            st.ensure_partitions(n)
+            st.timing.ensure_partitions(n)
             self._ensured_n = n
-        part = st.shadow_claim(self.node_id, self.clock.now().earliest_us, n)
+        part = st.timing.shadow_claim(self.node_id, self.clock.now().earliest_us, n)
         if part is None:
             return None
         report = self.check(part, n)
@@ -163,7 +170,7 @@ class ShadowRebuilder:
     def publish(self) -> None:
         """Set ``fireledger_shadow_divergence{kind}`` from the latest report of every partition."""
         totals = dict.fromkeys(DIVERGENCE_KINDS, 0)
-        for r in self.store.shadow_reports():
+        for r in self.store.timing.shadow_reports():
             for k in DIVERGENCE_KINDS:
                 totals[k] += r.count(k)
         for k, v in totals.items():
@@ -193,25 +200,25 @@ class ShadowRebuilder:
             stop.wait(self.pause_after(self.clock.monotonic() - started))
 
 
-def rebuild(store: SqlStore, *, on_partition: Callable[[RebuildStats], None] = lambda s: None) -> list[RebuildStats]:
+def rebuild(store: Store, *, on_partition: Callable[[RebuildStats], None] = lambda s: None) -> list[RebuildStats]:
     """Replace the whole due index with the rows :func:`expected_next` computes, one transaction per
     partition (the index is never empty as a whole), then remove rows whose trigger does not exist.
 
     Covers every partition of the current count and any partition number a trigger is stored under
     (rows left behind by a count change)."""
-    n = store.partition_count()
+    n = store.timing.partition_count()
     stats = []
     for p in _partitions(store, n):
-        s = store.rebuild_partition(p, expected_next)
+        s = store.timing.rebuild_partition(p, expected_next)
         stats.append(s)
         on_partition(s)
-    store.delete_orphan_due()
+    store.timing.delete_orphan_due()
     return stats
 
 
-def rebuild_partitions(store: SqlStore) -> list[int]:
+def rebuild_partitions(store: Store) -> list[int]:
     """The partitions :func:`rebuild` walks, in order."""
-    return list(_partitions(store, store.partition_count()))
+    return list(_partitions(store, store.timing.partition_count()))
 
 
 @dataclass(frozen=True)
@@ -226,7 +233,7 @@ class Repartitioned:
     stored_out_of_range: int
 
 
-def repartition(store: SqlStore, count: int, *, batch: int = 1000,
+def repartition(store: Store, count: int, *, batch: int = 1000,
                 on_start: Callable[[int, int], None] = lambda previous, total: None,
                 on_batch: Callable[[int], None] = lambda walked: None) -> Repartitioned:
     """Change the partition count to ``count`` on a running cluster: record it (the lease and shadow
@@ -236,25 +243,25 @@ def repartition(store: SqlStore, count: int, *, batch: int = 1000,
     Idempotent: running it again finishes an interrupted change. ``on_start(previous, total)`` is
     called once before the walk, ``on_batch(walked)`` after each transaction. The caller checks the
     bounds of ``count`` and ``batch``; store and database errors propagate."""
-    old = store.set_partition_count(count)
-    on_start(old, store.count_triggers())
+    old = store.timing.set_partition_count(count)
+    on_start(old, store.timing.count_triggers())
     seen = moved = 0
     after = ""
     while True:
-        after, k, m = store.repartition_batch(after, batch, lambda tid: partition_of(tid, count))
+        after, k, m = store.timing.repartition_batch(after, batch, lambda tid: partition_of(tid, count))
         seen += k
         moved += m
         on_batch(k)
         if k < batch:
             break
-    return Repartitioned(old, count, seen, moved, store.count_out_of_range(count))
+    return Repartitioned(old, count, seen, moved, store.timing.count_out_of_range(count))
 
 
-def _partitions(store: SqlStore, n: int) -> Iterator[int]:
+def _partitions(store: Store, n: int) -> Iterator[int]:
     yield from range(n)
-    if store.count_out_of_range(n):
+    if store.timing.count_out_of_range(n):
         # Rare: a count change not yet applied left triggers under partition numbers ≥ n.
-        yield from store.out_of_range_partitions(n)
+        yield from store.timing.out_of_range_partitions(n)
 
 
 def _at(us: int | None) -> str:

@@ -137,7 +137,7 @@ def _principal(request: Request) -> Principal:
     if session_id is None:
         raise _SignIn()
     ctx = _ctx(request)
-    principal = ctx.store.console_session(session_hash(session_id), ctx.now_us())
+    principal = ctx.store.trust.console_session(session_hash(session_id), ctx.now_us())
     if principal is None or "reader" not in principal.roles:
         raise _SignIn()
     request.state.console_csrf = csrf_token("session", session_id)
@@ -309,16 +309,16 @@ async def login(request: Request) -> Response:
     if not token or len(token) > 512:
         return _to_login("form")
     ctx = _ctx(request)
-    principal = await anyio.to_thread.run_sync(ctx.store.principal_by_token_hash, hash_token(token))
+    principal = await anyio.to_thread.run_sync(ctx.store.trust.principal_by_token_hash, hash_token(token))
     if principal is None or "reader" not in principal.roles:
         return _to_login("token")
     session_id = secrets.token_urlsafe(32)
     now = ctx.now_us()
-    await anyio.to_thread.run_sync(ctx.store.create_console_session, session_hash(session_id), principal, now,
+    await anyio.to_thread.run_sync(ctx.store.trust.create_console_session, session_hash(session_id), principal, now,
                                    now + COOKIE_MAX_AGE_S * 1_000_000)
     old = _session_id(request)
     if old is not None:   # signing in again replaces the session this browser had
-        await anyio.to_thread.run_sync(ctx.store.end_console_session, session_hash(old))
+        await anyio.to_thread.run_sync(ctx.store.trust.end_console_session, session_hash(old))
     secure = cookie_secure(request)
     resp = RedirectResponse(f"{PREFIX}/", status_code=303, headers=SECURITY_HEADERS)
     resp.set_cookie(COOKIE, session_id, max_age=COOKIE_MAX_AGE_S, path=PREFIX, httponly=True, samesite="strict",
@@ -337,7 +337,7 @@ async def logout(request: Request) -> Response:
         if _cross_site(request) or not hmac.compare_digest(form.get("csrf", ""), csrf_token("session", session_id)):
             return _render("error.html", 403, signed_in=False,
                            message="That sign-out request did not come from this console; nothing changed.")
-        await anyio.to_thread.run_sync(_ctx(request).store.end_console_session, session_hash(session_id))
+        await anyio.to_thread.run_sync(_ctx(request).store.trust.end_console_session, session_hash(session_id))
     resp = RedirectResponse(f"{PREFIX}/login", status_code=303, headers=SECURITY_HEADERS)
     resp.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict", secure=cookie_secure(request))
     return resp
@@ -354,20 +354,20 @@ def overview(request: Request) -> Response:
     principal = _principal(request)
     ctx = _ctx(request)
     now = ctx.now_us()
-    tenant = ctx.store.get_tenant(principal.tenant_id)
-    triggers = ctx.store.ops_triggers(principal.tenant_id, limit=1000)
+    tenant = ctx.store.registry.get_tenant(principal.tenant_id)
+    triggers = ctx.store.history.ops_triggers(principal.tenant_id, limit=1000)
     by_state: dict[str, int] = {}
     for t in triggers:
         by_state[t.state.value] = by_state.get(t.state.value, 0) + 1
-    counts = ctx.store.state_counts(principal.tenant_id, now - DAY_US, now + 1)
-    waiting = ctx.store.history_fires(principal.tenant_id, to_us=now + 1, states=["pending"], limit=1)
+    counts = ctx.store.history.state_counts(principal.tenant_id, now - DAY_US, now + 1)
+    waiting = ctx.store.history.history_fires(principal.tenant_id, to_us=now + 1, states=["pending"], limit=1)
     oldest = None
     if waiting:
         f = waiting[0]
         oldest = {"key": fire_key(f), "scheduled": _when(f.scheduled_us),
                   "age": _secs((now - f.scheduled_us) / 1e6)}
     attention = []
-    recent_of = ctx.store.console_recent_states(principal.tenant_id, ATTENTION_TRIGGERS, HEALTH_N, now + 1)
+    recent_of = ctx.store.history.console_recent_states(principal.tenant_id, ATTENTION_TRIGGERS, HEALTH_N, now + 1)
     for t in triggers[:ATTENTION_TRIGGERS]:
         recent = recent_of.get(t.id, [])
         bad = [s for s in recent if s in ("failed", "unknown", "expired")]
@@ -386,8 +386,8 @@ def trigger_list(request: Request) -> Response:
     ctx = _ctx(request)
     now = ctx.now_us()
     rows = []
-    recent_of = ctx.store.console_recent_states(principal.tenant_id, LIST_TRIGGERS, HEALTH_N, now + 1)
-    for t, v in ctx.store.console_triggers(principal.tenant_id, LIST_TRIGGERS):
+    recent_of = ctx.store.history.console_recent_states(principal.tenant_id, LIST_TRIGGERS, HEALTH_N, now + 1)
+    for t, v in ctx.store.history.console_triggers(principal.tenant_id, LIST_TRIGGERS):
         recent = recent_of.get(t.id, [])
         delivered = sum(1 for s in recent if s == "delivered")
         rows.append({"id": t.id, "name": t.name, "state": t.state.value,
@@ -408,14 +408,14 @@ def _window(request: Request, now: int) -> tuple[str, int, int]:
 def trigger_page(request: Request, trigger_id: str) -> Response:
     principal = _principal(request)
     ctx = _ctx(request)
-    t = ctx.store.get_trigger(principal.tenant_id, trigger_id)
+    t = ctx.store.registry.get_trigger(principal.tenant_id, trigger_id)
     if t is None:
         return _render("error.html", 404, signed_in=True, message="No such trigger.", csrf=_csrf(request))
-    v = ctx.store.get_version(t.id, t.current_version)
+    v = ctx.store.registry.get_version(t.id, t.current_version)
     now = ctx.now_us()
     window, lo, hi = _window(request, now)
-    summary = lateness_summary(ctx.store.lateness_us(principal.tenant_id, t.id, lo, hi, cap=200_000))
-    states_in_window = ctx.store.state_counts(principal.tenant_id, lo, hi, trigger_id=t.id)
+    summary = lateness_summary(ctx.store.history.lateness_us(principal.tenant_id, t.id, lo, hi, cap=200_000))
+    states_in_window = ctx.store.history.state_counts(principal.tenant_id, lo, hi, trigger_id=t.id)
     # History: newest first, optional state filter, keyset paging by the last row shown.
     state = request.query_params.get("state") or None
     if state not in STATES:
@@ -428,7 +428,7 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
             after = (key.scheduled_us, key.seq)
         except ValueError:
             after = None
-    fires = ctx.store.history_fires(principal.tenant_id, trigger_id=t.id, states=[state] if state else None,
+    fires = ctx.store.history.history_fires(principal.tenant_id, trigger_id=t.id, states=[state] if state else None,
                                     after=after, limit=HISTORY_PAGE + 1, descending=True)
     older = None
     if len(fires) > HISTORY_PAGE:
@@ -452,11 +452,11 @@ def fire_page(request: Request, key: str) -> Response:
         fk = FireKey.parse(key)
     except ValueError:
         fk = None
-    fire = ctx.store.get_fire(fk) if fk is not None and fk.tenant_id == principal.tenant_id else None
+    fire = ctx.store.history.get_fire(fk) if fk is not None and fk.tenant_id == principal.tenant_id else None
     if fire is None:
         return _render("error.html", 404, signed_in=True, message="No such fire.", csrf=_csrf(request))
-    t = ctx.store.get_trigger(principal.tenant_id, fire.trigger_id)
-    v = ctx.store.get_version(fire.trigger_id, fire.version)
+    t = ctx.store.registry.get_trigger(principal.tenant_id, fire.trigger_id)
+    v = ctx.store.registry.get_version(fire.trigger_id, fire.version)
     story = fire_story(fire, t, v, now_us=ctx.now_us())
     return _render("fire.html", signed_in=True, key=key, f=_fire_row(fire), story=story,
                    trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id, csrf=_csrf(request))
