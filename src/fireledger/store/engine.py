@@ -243,6 +243,7 @@ class SqliteEngine(Engine):
         self._write_lock = threading.RLock()
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpointer = threading.Event()
+        self._external_checkpoints = False
 
     def start_checkpointer(self, interval_s: float = 0.2) -> None:
         """Move WAL checkpoints off the commit path: this engine's connections stop checkpointing
@@ -251,7 +252,7 @@ class SqliteEngine(Engine):
         it copies pages, so a commit no longer waits for tens of milliseconds of checkpoint work).
         Durability is unchanged: a commit is in the WAL either way. Idempotent; stopped by close()."""
         with self._lock:
-            if self._checkpointer is not None:
+            if self._checkpointer is not None or self._external_checkpoints:
                 return
             for c in self.pool.open_connections():
                 c.execute("PRAGMA wal_autocheckpoint = 0")
@@ -260,6 +261,16 @@ class SqliteEngine(Engine):
                                  daemon=True)
             self._checkpointer = t
         t.start()
+
+    def leave_checkpoints_to_replicator(self) -> None:
+        """Litestream (decision 0126) must be the only one to checkpoint the WAL it ships: this
+        engine's connections stop checkpointing (``wal_autocheckpoint = 0``), no checkpointer thread
+        is started, and :meth:`scrub_after_shred` does not checkpoint (its TRUNCATE would wait on the
+        replicator's read lock; the replica keeps old pages until its retention anyway)."""
+        with self._lock:
+            self._external_checkpoints = True
+            for c in self.pool.open_connections():
+                c.execute("PRAGMA wal_autocheckpoint = 0")
 
     def _checkpoint_loop(self, interval_s: float) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -293,7 +304,7 @@ class SqliteEngine(Engine):
         # pages (crypto-shredding; docs/decisions/0081).
         conn.execute("PRAGMA secure_delete = ON")
         with self._lock:
-            if self._checkpointer is not None:
+            if self._checkpointer is not None or self._external_checkpoints:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
         return conn
 
@@ -324,6 +335,8 @@ class SqliteEngine(Engine):
         pages (a destroyed wrapped key) are in neither file. Readers of other processes can hold the
         checkpoint back: tried ``attempts`` times (SQLite's busy handler waits between tries); False
         when the WAL could not be truncated (the next checkpoint will)."""
+        if self._external_checkpoints:
+            return False
         conn = self.connection()
         for _ in range(attempts):
             try:
