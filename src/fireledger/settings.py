@@ -33,8 +33,7 @@ __all__ = [
     "parse_connect_timeout_s", "parse_declared_eps_us", "parse_dispatch_concurrency", "parse_dispatch_processes",
     "parse_flag",
     "parse_lane_text", "parse_log_level", "parse_max_connections", "parse_metrics_listen", "parse_over_quota_share",
-    "parse_per_tenant_limit", "parse_public_url", "parse_replica", "parse_replica_sync_s", "parse_retention_days",
-    "parse_seconds",
+    "parse_per_tenant_limit", "parse_public_url", "parse_replica", "parse_retention_days", "parse_seconds",
     "parse_stop_timeout_s", "parse_store_number", "parse_trusted_proxies", "process_env",
 ]
 
@@ -129,42 +128,15 @@ def parse_public_url(env: Mapping[str, str]) -> str | None:
 
 
 def parse_replica(env: Mapping[str, str]) -> str | None:
-    """``FIRELEDGER_REPLICA``: where ``serve`` replicates the SQLite store with Litestream (decision
-    0126) — a directory path or a ``file://`` URL of one (returned as the path); unset or empty is
-    ``None`` (no replication). Other schemes are refused here; whether the directory is usable is
-    checked when ``serve`` starts (:mod:`fireledger.replication`)."""
+    """``FIRELEDGER_REPLICA``: a directory path or ``file://`` URL (returned as the path) for Litestream
+    (decision 0126); unset: none. Usability is checked by ``serve`` (:mod:`fireledger.replication`)."""
     from urllib.parse import unquote, urlparse
 
-    name = "FIRELEDGER_REPLICA"
-    raw = _text(env, name)
-    if not raw:
-        return None
-    if "://" in raw:
-        parsed = urlparse(raw)
-        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost") or not parsed.path:
-            raise SettingError(f"{name}: {raw!r} is not a directory path or a file:// URL "
-                               "(e.g. /var/backups/fireledger or file:///var/backups/fireledger)")
-        return unquote(parsed.path)
-    if "\0" in raw or "\n" in raw:
-        raise SettingError(f"{name}: {raw!r} is not a directory path")
-    return raw
-
-
-def parse_replica_sync_s(env: Mapping[str, str]) -> float:
-    """``FIRELEDGER_REPLICA_SYNC_S`` (default 1, 0.1-3600): the declared recovery point of the
-    Litestream replica — a commit older than this at the loss is in the replica (Litestream reads the
-    WAL and ships it to the replica each half of it)."""
-    name = "FIRELEDGER_REPLICA_SYNC_S"
-    raw = _text(env, name)
-    if not raw:
-        return 1.0
-    try:
-        v = float(raw)
-    except ValueError:
-        v = float("nan")
-    if not 0.1 <= v <= 3600:   # also refuses NaN
-        raise SettingError(f"{name}: {raw!r} is not a number of seconds from 0.1 to 3600")
-    return v
+    raw, parsed = _text(env, "FIRELEDGER_REPLICA"), urlparse(_text(env, "FIRELEDGER_REPLICA"))
+    if "://" in raw and (parsed.scheme != "file" or parsed.netloc not in ("", "localhost") or not parsed.path):
+        raise SettingError(f"FIRELEDGER_REPLICA: {raw!r} is not a directory path or a file:// URL "
+                           "(e.g. /var/backups/fireledger or file:///var/backups/fireledger)")
+    return (unquote(parsed.path) if "://" in raw else raw) or None
 
 
 def parse_allow_private_targets(env: Mapping[str, str]) -> bool:
@@ -462,8 +434,7 @@ class Settings:
     # store (PostgreSQL)
     pg_connect_timeout_s: int = 5                   # FIRELEDGER_PG_CONNECT_TIMEOUT_S
     pg_statement_timeout_ms: int = 30_000           # FIRELEDGER_PG_STATEMENT_TIMEOUT_MS
-    # store (SQLite): continuous replication with Litestream (decision 0126)
-    replica: str | None = None                      # FIRELEDGER_REPLICA (none)
+    replica: str | None = None                      # FIRELEDGER_REPLICA (none; SQLite, decision 0126)
     replica_sync_s: float = 1.0                     # FIRELEDGER_REPLICA_SYNC_S (the declared RPO)
 
     @classmethod
@@ -507,7 +478,7 @@ class Settings:
             "pg_statement_timeout_ms": int(parse_store_number(e, "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", 30_000,
                                                               minimum=0, whole=True)),
             "replica": parse_replica(e),
-            "replica_sync_s": parse_replica_sync_s(e),
+            "replica_sync_s": parse_seconds(e, "FIRELEDGER_REPLICA_SYNC_S", 1.0),
         }
         return cls(**values)
 
