@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e import BIN, Api, Service, cli, new_tenant, verify_target
+from e2e import BIN, Api, Service, cli, new_tenant, verify_target, wait_until
 from sink import SinkServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -151,3 +151,50 @@ def test_restore_refuses_bad_input_and_changes_nothing(tmp_path, pg_server):
     # --force replaces the database with the checked copy
     forced = json.loads(cli("restore", "--from", backup, "--to", str(db), "--force", "--json").stdout)
     assert forced["restored"] == str(db) and forced["problems"] == []
+
+
+def _litestream_children(pid: int) -> list[int]:
+    """The ``litestream`` processes whose parent is ``pid`` (read from /proc)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+            cmd = (p / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and cmd.endswith(b"litestream"):
+            out.append(int(p.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_a_dead_litestream_is_logged_and_started_again_and_stops_with_serve(tmp_path):
+    import signal
+
+    _litestream_installed()
+    (tmp_path / "disk").mkdir()
+    url = f"sqlite:///{tmp_path / 'disk' / 'fireledger.db'}"
+    svc = Service(url, tmp_path, env={"FIRELEDGER_REPLICA": str(tmp_path / "replica")}).start()
+    try:
+        assert svc.proc is not None
+        [first] = wait_until(lambda: _litestream_children(svc.proc.pid), 20, "litestream to start")
+        wait_until(lambda: list((tmp_path / "replica").rglob("*.ltx")), 20, "the first replica files")
+        os.kill(first, signal.SIGKILL)
+        [second] = wait_until(lambda: [p for p in _litestream_children(svc.proc.pid) if p != first], 20,
+                              "litestream to be started again")
+        assert "litestream exited with -9" in svc.log_text() and "starting it again in 1 s" in svc.log_text()
+        started = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)   # serve alone: it stops its planes, then Litestream
+        assert svc.proc.wait(timeout=20) == 0 and time.monotonic() - started < 10
+        assert not _alive(second)
+    finally:
+        svc.stop()
