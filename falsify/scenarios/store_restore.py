@@ -28,6 +28,7 @@ Passing means:
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import sqlite3
 import tempfile
@@ -130,8 +131,6 @@ def sqlite_restore(n: int, before_s: float, after_s: float) -> dict[str, Any]:
         out["deliveries_before_loss"] = len(before)
         out["deleted"] = _lose_the_disk(db)
         restore = cli("restore", "--from", str(replica), "--to", str(db), "--json")
-        import json
-
         summary = json.loads(restore.stdout)
         out["restore"] = {k: summary[k] for k in ("schema_version", "audit_rows", "triggers", "divergent")}
         out["restore_s"] = round(time.time() - killed_at, 2)

@@ -198,3 +198,21 @@ def test_a_dead_litestream_is_logged_and_started_again_and_stops_with_serve(tmp_
         assert not _alive(second)
     finally:
         svc.stop()
+
+
+def test_restore_checks_the_audit_chain_with_the_deployments_kek(tmp_path):
+    """The restore's audit check is real: without the KEK it refuses (exit 2); under another KEK the
+    chain does not recompute, so the copy is not put in place (exit 1) and is left for inspection."""
+    db = tmp_path / "fireledger.db"
+    url = f"sqlite:///{db}"
+    cli("tenant", "create", "audited", "--db", url)   # an audited act: the chain has a keyed row
+    backup = json.loads(cli("backup", "--to", str(tmp_path / "b"), "--db", url, "--json").stdout)["backup"]
+    dest = tmp_path / "restored" / "fireledger.db"
+    no_kek = cli("restore", "--from", backup, "--to", str(dest), check=False,
+                 env={"FIRELEDGER_KEK_FILE": str(tmp_path / "no-such.key")})
+    assert no_kek.returncode == 2 and "key-encryption key" in no_kek.stderr and not dest.exists()
+    other = cli("restore", "--from", backup, "--to", str(dest), "--json", check=False,
+                env={"FIRELEDGER_KEK": bytes(range(32)).hex()})
+    assert other.returncode == 1 and "did not pass its checks" in other.stderr and not dest.exists()
+    out = json.loads(other.stdout)
+    assert out["restored"] is None and out["problems"][0].startswith("audit: ") and Path(out["copy"]).exists()

@@ -107,7 +107,7 @@ def restore_cmd(
               f"nothing was replaced; the copy is at {tmp}", file=sys.stderr)
         if as_json:
             typer.echo(json.dumps({**summary, "copy": str(tmp)}))
-        raise typer.Exit(1)
+        sys.exit(1)   # a failed check is a finding, not a usage error (2)
     install_restored(tmp, dest)
     if as_json:
         typer.echo(json.dumps(summary))
