@@ -216,3 +216,22 @@ def test_restore_checks_the_audit_chain_with_the_deployments_kek(tmp_path):
     assert other.returncode == 1 and "did not pass its checks" in other.stderr and not dest.exists()
     out = json.loads(other.stdout)
     assert out["restored"] is None and out["problems"][0].startswith("audit: ") and Path(out["copy"]).exists()
+
+
+def test_tenant_delete_does_not_wait_on_litestreams_read_lock(tmp_path):
+    """Litestream holds a read transaction for as long as it runs; the TRUNCATE checkpoint that
+    ``tenant delete`` runs after destroying the key must not wait on it (it would block every writer
+    of ``serve`` meanwhile: 20 tries × the 30 s busy timeout before the fix)."""
+    _litestream_installed()
+    (tmp_path / "disk").mkdir()
+    url = f"sqlite:///{tmp_path / 'disk' / 'fireledger.db'}"
+    svc = Service(url, tmp_path, env={"FIRELEDGER_REPLICA": str(tmp_path / "replica")}).start()
+    try:
+        tenant_id, _ = new_tenant(url)
+        wait_until(lambda: list((tmp_path / "replica").rglob("*.ltx")), 20, "Litestream to replicate")
+        started = time.monotonic()
+        out = json.loads(cli("tenant", "delete", tenant_id, "--yes", "--db", url).stdout)
+        assert out["deleted"] is True and time.monotonic() - started < 15
+        assert svc.proc is not None and svc.proc.poll() is None
+    finally:
+        svc.stop()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -333,19 +334,27 @@ class SqliteEngine(Engine):
         """``PRAGMA wal_checkpoint(TRUNCATE)``: copy the WAL into the database (where
         ``secure_delete`` has zeroed the freed content) and truncate the WAL to zero bytes, so the old
         pages (a destroyed wrapped key) are in neither file. Readers of other processes can hold the
-        checkpoint back: tried ``attempts`` times (SQLite's busy handler waits between tries); False
-        when the WAL could not be truncated (the next checkpoint will)."""
+        checkpoint back: tried ``attempts`` times, 50 ms apart, each without waiting (busy timeout 0:
+        a TRUNCATE that waits for readers blocks every writer meanwhile, and a replicator's read lock
+        — Litestream's, decision 0126 — never ends); False when the WAL could not be truncated (the
+        next checkpoint will)."""
         if self._external_checkpoints:
             return False
         conn = self.connection()
-        for _ in range(attempts):
-            try:
-                busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            except sqlite3.OperationalError:
-                busy = 1
-            if not busy:
-                return True
-        return False
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            for i in range(attempts):
+                if i:
+                    time.sleep(0.05)   # between tries, not a wait for a condition
+                try:
+                    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                except sqlite3.OperationalError:
+                    busy = 1
+                if not busy:
+                    return True
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
 
     def close(self) -> None:
         t, self._checkpointer = self._checkpointer, None
