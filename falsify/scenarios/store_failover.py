@@ -138,11 +138,27 @@ def _figures(ledger: dict[str, Any], records: list[dict[str, Any]], killed_at: f
     before = sorted(rec["arrived_at"] - FireKey.parse(rec["fire_key"]).scheduled_us / S for rec in records
                     if window[0] <= rec["arrived_at"] <= killed_at)
     out["lateness_before_kill_p50_s"] = round(before[len(before) // 2], 3) if before else None
+    out.update(_recovery(records, killed_at, window[1]))
     extra = [int(r[7]) - 1 for r in fires if r[4] == "delivered"]
     out["extra_attempts_per_fire"] = round(sum(extra) / max(1, len(extra)), 4)
     out["max_extra_attempts"] = max(extra, default=0)
     out["duplicate_deliveries"] = sum(n - 1 for n in Counter(delivered_keys).values())
     return out
+
+
+def _recovery(records: list[dict[str, Any]], killed_at: float, end: float) -> dict[str, Any]:
+    """How soon delivery was on time again for good: ``on_time_again_s`` — kill → the instant after
+    which every delivered instant (up to ``end``) arrived within 1 s of it; ``backlog_drained_s`` —
+    kill → the arrival of the last delivery of an instant scheduled before that point (the backlog
+    of the outage delivered)."""
+    from fireledger.domain.keys import FireKey
+
+    seen = [(FireKey.parse(r["fire_key"]).scheduled_us / S, r["arrived_at"]) for r in records]
+    late = [at for at, arrived in seen if killed_at - 1 <= at <= end and arrived - at > 1.0]
+    again = max(late, default=killed_at)
+    backlog = [arrived for at, arrived in seen if killed_at - 1 <= at <= again]
+    return {"on_time_again_s": round(again - killed_at, 2),
+            "backlog_drained_s": round(max(backlog) - killed_at, 2) if backlog else 0.0}
 
 
 def _judge(out: dict[str, Any]) -> list[str]:

@@ -73,10 +73,11 @@ class _Held:
     """A thread's claim on one connection; when the thread exits its thread-local dies with it and
     the finalizer hands the connection back to the pool."""
 
-    __slots__ = ("__weakref__", "conn")
+    __slots__ = ("__weakref__", "conn", "generation")
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, generation: int = 0) -> None:
         self.conn = conn
+        self.generation = generation
 
 
 class ConnectionPool:
@@ -95,13 +96,15 @@ class ConnectionPool:
         self._lock = threading.RLock()   # a finalizer may run on a thread already inside the pool
         self._open: dict[int, Any] = {}     # id → every open connection (held or idle)
         self._idle: list[Any] = []
+        self.generation = 0   # bumped by invalidate(): connections opened before are suspect
 
     def get(self, valid: Callable[[Any], bool] = lambda c: True) -> Any:
         """This thread's connection (taken from the idle ones, or opened, on first use; replaced
         when ``valid(conn)`` is false, e.g. a PostgreSQL connection that was closed)."""
         held: _Held | None = getattr(self._local, "held", None)
         if held is not None:
-            if valid(held.conn):
+            stale = held.generation != self.generation and self._reusable(held.conn)   # never mid-transaction
+            if valid(held.conn) and not stale:
                 return held.conn
             self._discard(held.conn)
         conn = None
@@ -117,7 +120,7 @@ class ConnectionPool:
             conn = self._opener()
             with self._lock:
                 self._open[id(conn)] = conn
-        held = _Held(conn)
+        held = _Held(conn, self.generation)
         fin = weakref.finalize(held, self._give_back, conn)
         fin.atexit = False
         self._local.held = held
@@ -140,6 +143,18 @@ class ConnectionPool:
                 del self._open[id(conn)]
         if not keep:
             self._closer(conn)
+
+    def invalidate(self) -> None:
+        """A connection was found broken (its server went away, e.g. a failover): close the idle
+        connections now, and have every thread replace the one it holds at its next call (outside a
+        transaction) instead of finding it dead with a failed statement."""
+        with self._lock:
+            self.generation += 1
+            idle, self._idle = self._idle, []
+            for c in idle:
+                self._open.pop(id(c), None)
+        for c in idle:
+            self._closer(c)
 
     def open_connections(self) -> list[Any]:
         """Every open connection (held by a live thread or idle)."""
@@ -342,6 +357,27 @@ class SqliteEngine(Engine):
         self.pool.close_all()
 
 
+#: libpq options that notice a server whose machine vanished (power loss, partition: no FIN, no RST)
+#: within ~10 s instead of the kernel's ~15 min retransmission timeout: TCP keepalives on an idle
+#: connection (5 s idle, then 5 probes 1 s apart) and ``tcp_user_timeout`` for data sent and never
+#: acknowledged. The statement then fails, the pool replaces the connection, and the multi-host URL
+#: reaches the promoted primary (issue 16; docs/decisions/0128). An option written in the URL wins.
+DEAD_PEER_OPTIONS = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "1",
+                     "keepalives_count": "5", "tcp_user_timeout": "10000"}
+
+
+def dead_peer_options(url: str) -> dict[str, Any]:
+    """:data:`DEAD_PEER_OPTIONS` less those ``url`` sets itself (for connections opened outside the
+    pool: the definition listener, the clock probe). An unparsable URL gets them all."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(url)
+    except Exception:
+        given = {}
+    return {k: v for k, v in DEAD_PEER_OPTIONS.items() if k not in given}
+
+
 class PostgresEngine(Engine):
     name = "postgres"
 
@@ -353,8 +389,8 @@ class PostgresEngine(Engine):
         self.pool = ConnectionPool(self._open, _pg_reusable, _pg_close, max_idle)
 
     def _open(self) -> Any:
-        """A new autocommit connection with the connect and statement timeouts (a
-        ``connect_timeout`` written in the URL wins over the setting)."""
+        """A new autocommit connection with the connect and statement timeouts and
+        :data:`DEAD_PEER_OPTIONS` (a ``connect_timeout`` or keepalive option written in the URL wins)."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 
@@ -363,6 +399,7 @@ class PostgresEngine(Engine):
         except psycopg.ProgrammingError as exc:
             raise StoreError(f"--db: not a PostgreSQL URL: {str(exc).strip()}") from None
         extra: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": int(self.connect_timeout_s)}
+        extra.update(dead_peer_options(self.url))
         try:
             conn = psycopg.connect(self.url, autocommit=True, **extra)
             conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.statement_timeout_ms),))
@@ -388,6 +425,13 @@ class PostgresEngine(Engine):
                 "or a lock was held too long")
         return None
 
+    def _failed(self, conn: Any, exc: Exception) -> StoreError | None:
+        """After a failed statement: a broken connection invalidates the pool (the others reached
+        the same server); returns the error to raise instead, if any (:meth:`_timed_out`)."""
+        if getattr(conn, "closed", False):
+            self.pool.invalidate()
+        return self._timed_out(exc)
+
     @contextmanager
     def write(self) -> Iterator[Any]:
         conn = self.connection()
@@ -395,17 +439,18 @@ class PostgresEngine(Engine):
             with conn.transaction():
                 yield conn
         except Exception as exc:
-            mapped = self._timed_out(exc)
+            mapped = self._failed(conn, exc)
             if mapped is not None:
                 raise mapped from exc
             raise
 
     @contextmanager
     def read(self) -> Iterator[Any]:
+        conn = self.connection()
         try:
-            yield self.connection()
+            yield conn
         except Exception as exc:
-            mapped = self._timed_out(exc)
+            mapped = self._failed(conn, exc)
             if mapped is not None:
                 raise mapped from exc
             raise
