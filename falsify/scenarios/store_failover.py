@@ -33,9 +33,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from falsify.ha_load import figures, finish, loaded_cluster, records_failures
+from falsify.ha_load import Loaded, S, figures, finish, loaded_cluster, records_failures
 
 RTO_LIMIT_S = 30.0
 SWITCHOVER_LATE_LIMIT_S = 5.0
@@ -85,23 +86,33 @@ def primary_kill(shared: int, own: int, warmup_s: float, after_s: float) -> dict
     return _verdict(out, failures)
 
 
-def switchover(shared: int, own: int, warmup_s: float, after_s: float) -> dict[str, Any]:
-    if (skip := _unavailable()) is not None:
-        return skip
-    with loaded_cluster(shared, own, warmup_s, "store-switchover-") as run:
-        out = run.out
-        out["primary_before"] = run.cluster.primary()
-        began = time.time()
-        run.cluster.switchover()
-        out["switchover_s"] = round(time.time() - began, 2)   # the command, until primary + secondary again
-        end = began + after_s
-        run.wait(end)
-        out["primary_after"] = promoted = run.cluster.primary()
-        at = run.cluster.reached(str(promoted), PROMOTED, began) if promoted else None
-        out["promotion_s"] = None if at is None else round(at - began, 2)
-        fires = finish(run)
-        out.update(figures(fires, run.sink.records(), began, (run.started + 2, end - 2), run.triggers))
-        out["status"] = _status(run.url)
+@dataclass
+class _Phase:
+    """One event of a run: its instant, the window of instants judged, its own figures, and what
+    is computed once the ledger is read (``settle(fires)``) and what it requires (``judge(out)``)."""
+
+    began: float
+    window: tuple[float, float]
+    out: dict[str, Any]
+    settle: Callable[[list[tuple[Any, ...]]], None]
+    judge: Callable[[dict[str, Any]], list[str]]
+
+
+def _switchover(run: Loaded, since: float, after_s: float) -> _Phase:
+    """``pg_autoctl perform switchover`` now; the run goes on ``after_s`` past its start."""
+    out: dict[str, Any] = {"primary_before": run.cluster.primary()}
+    began = time.time()
+    run.cluster.switchover()
+    out["switchover_s"] = round(time.time() - began, 2)   # the command, until primary + secondary again
+    end = began + after_s
+    run.wait(end)
+    out["primary_after"] = promoted = run.cluster.primary()
+    at = run.cluster.reached(str(promoted), PROMOTED, began) if promoted else None
+    out["promotion_s"] = None if at is None else round(at - began, 2)
+    return _Phase(began, (since + 2, end - 2), out, lambda fires: None, _switchover_failures)
+
+
+def _switchover_failures(out: dict[str, Any]) -> list[str]:
     failures = []
     if out["late_over_5s"] or out["max_lateness_s"] is None or out["max_lateness_s"] > SWITCHOVER_LATE_LIMIT_S:
         failures.append(f"{out['late_over_5s']} deliveries more than {SWITCHOVER_LATE_LIMIT_S} s late "
@@ -113,7 +124,7 @@ def switchover(shared: int, own: int, warmup_s: float, after_s: float) -> dict[s
     st = out["status"]
     if not (st["role"] == "primary" and st["synchronous"] and st["promotions"] >= 1):
         failures.append(f"fireledger status after the switchover: {st}")
-    return _verdict(out, failures)
+    return failures
 
 
 def _caught_up(cluster: Any, standby: str, url: str, timeout_s: float) -> bool:
@@ -138,40 +149,88 @@ def _caught_up(cluster: Any, standby: str, url: str, timeout_s: float) -> bool:
         return False
 
 
-def standby_loss(shared: int, own: int, warmup_s: float, lost_s: float, after_s: float) -> dict[str, Any]:
+def _standby_loss(run: Loaded, since: float, lost_s: float, after_s: float) -> _Phase:
+    """Lose the standby's node now, start it again ``lost_s`` later; the run goes on ``after_s``
+    past the restart."""
     from e2e import wait_until
 
+    watch = run.watch
+    standby = run.cluster.secondary()
+    out: dict[str, Any] = {"primary_before": run.cluster.primary(), "lost_node": standby,
+                           "synchronous_before": watch.last("fireledger_store_synchronous")}
+    killed_at = run.cluster.lose_node(str(standby))
+    run.wait(killed_at + lost_s)
+    rejoin_at = time.time()
+    run.cluster.rejoin()
+    out["rejoin_s"] = round(time.time() - rejoin_at, 2)   # `up`: started, caught up, secondary again
+    try:
+        wait_until(lambda: watch.first(rejoin_at, "fireledger_store_synchronous", 1.0), 30,
+                   "/metrics to say synchronous again", interval_s=0.25)
+    except TimeoutError:
+        pass
+    end = rejoin_at + after_s
+    run.wait(end)
+    out["primary_after"] = run.cluster.primary()
+    async_at = watch.first(killed_at, "fireledger_store_sync_required", 0.0)
+    out["not_synchronous_after_s"] = _since(watch.first(killed_at, "fireledger_store_synchronous", 0.0), killed_at)
+    out["async_declared_after_s"] = _since(async_at, killed_at)
+    out["synchronous_again_after_rejoin_s"] = _since(watch.first(rejoin_at, "fireledger_store_synchronous", 1.0),
+                                                     rejoin_at)
+
+    def settle(fires: list[tuple[Any, ...]]) -> None:
+        lo, hi = (async_at or rejoin_at) * S, rejoin_at * S
+        out["decided_while_async"] = sum(1 for r in fires if lo < int(r[6]) < hi)
+        out["standby_caught_up"] = _caught_up(run.cluster, str(standby), run.url, 60)
+
+    return _Phase(killed_at, (since + 2, end - 2), out, settle, _standby_failures)
+
+
+def _run_phases(run: Loaded, phases: list[_Phase]) -> dict[str, Any]:
+    """Read the ledger once the phases ran; each phase's figures and failures (a list when several)."""
+    fires = finish(run)
+    records = run.sink.records()
+    status = _status(run.url)
+    done = []
+    for ph in phases:
+        ph.settle(fires)
+        ph.out.update(figures(fires, records, ph.began, ph.window, run.triggers))
+        ph.out["status"] = status
+        ph.out["settled"] = run.out["settled"]
+        ph.out["failures"] = records_failures(ph.out) + ph.judge(ph.out)
+        done.append(ph.out)
+    return {**run.out, **done[0]} if len(done) == 1 else {**run.out, "phases": done,
+                                                           "failures": [f for d in done for f in d["failures"]]}
+
+
+def switchover(shared: int, own: int, warmup_s: float, after_s: float) -> dict[str, Any]:
+    if (skip := _unavailable()) is not None:
+        return skip
+    with loaded_cluster(shared, own, warmup_s, "store-switchover-") as run:
+        out = _run_phases(run, [_switchover(run, run.started, after_s)])
+    out["passed"] = not out["failures"]
+    return out
+
+
+def standby_loss(shared: int, own: int, warmup_s: float, lost_s: float, after_s: float) -> dict[str, Any]:
     if (skip := _unavailable()) is not None:
         return skip
     with loaded_cluster(shared, own, warmup_s, "store-standby-loss-") as run:
-        out, watch = run.out, run.watch
-        standby = run.cluster.secondary()
-        out["primary_before"], out["lost_node"] = run.cluster.primary(), standby
-        out["synchronous_before"] = watch.last("fireledger_store_synchronous")
-        killed_at = run.cluster.lose_node(str(standby))
-        run.wait(killed_at + lost_s)
-        rejoin_at = time.time()
-        run.cluster.rejoin()
-        out["rejoin_s"] = round(time.time() - rejoin_at, 2)   # `up`: started, caught up, secondary again
-        try:
-            wait_until(lambda: watch.first(rejoin_at, "fireledger_store_synchronous", 1.0), 30,
-                       "/metrics to say synchronous again", interval_s=0.25)
-        except TimeoutError:
-            pass
-        end = rejoin_at + after_s
-        run.wait(end)
-        out["primary_after"] = run.cluster.primary()
-        async_at = watch.first(killed_at, "fireledger_store_sync_required", 0.0)
-        sync_at = watch.first(rejoin_at, "fireledger_store_synchronous", 1.0)
-        out["not_synchronous_after_s"] = _since(watch.first(killed_at, "fireledger_store_synchronous", 0.0), killed_at)
-        out["async_declared_after_s"] = _since(async_at, killed_at)
-        out["synchronous_again_after_rejoin_s"] = _since(sync_at, rejoin_at)
-        fires = finish(run)
-        out["decided_while_async"] = sum(1 for r in fires if async_at and async_at * 1e6 < int(r[6]) < rejoin_at * 1e6)
-        out.update(figures(fires, run.sink.records(), killed_at, (run.started + 2, end - 2), run.triggers))
-        out["standby_caught_up"] = _caught_up(run.cluster, str(standby), run.url, 60)
-        out["status"] = _status(run.url)
-    return _verdict(out, _standby_failures(out))
+        out = _run_phases(run, [_standby_loss(run, run.started, lost_s, after_s)])
+    out["passed"] = not out["failures"]
+    return out
+
+
+def standby_loss_then_switchover(shared: int, own: int) -> dict[str, Any]:
+    """The quick form of both planned-and-standby scenarios on one cluster (``make test``): the
+    standby lost and back, then a switchover, each judged as its own scenario on its own window."""
+    if (skip := _unavailable()) is not None:
+        return skip
+    with loaded_cluster(shared, own, 3.0, "store-standby-switchover-") as run:
+        first = _standby_loss(run, run.started, 6.0, 3.0)
+        second = _switchover(run, time.time(), 8.0)
+        out = _run_phases(run, [first, second])
+    out["passed"] = not out["failures"]
+    return out
 
 
 def _since(at: float | None, since: float) -> float | None:
@@ -186,13 +245,13 @@ def _standby_failures(out: dict[str, Any]) -> list[str]:
         failures.append(f"/metrics did not say synchronous before the loss ({out['synchronous_before']})")
     if out["async_declared_after_s"] is None:
         failures.append("/metrics never said that commits stopped waiting for a standby (async not declared)")
-    if not out["decided_while_async"]:
+    if not out.get("decided_while_async"):
         failures.append("no fire was decided while replication was asynchronous: writes did not continue")
     if out["write_stall_s"] > RTO_LIMIT_S:
         failures.append(f"writes stalled for {out['write_stall_s']} s (limit {RTO_LIMIT_S} s)")
     if out["synchronous_again_after_rejoin_s"] is None:
         failures.append("/metrics never said synchronous again after the standby rejoined")
-    if not out["standby_caught_up"]:
+    if not out.get("standby_caught_up"):
         failures.append("the rejoined standby does not hold every fire of the primary")
     if out["undelivered_in_window"]:
         failures.append(f"{out['undelivered_in_window']} fires of the window were not delivered")
