@@ -54,6 +54,8 @@ __all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle
 log = logging.getLogger("fireledger.dispatch")
 
 LEASE_MARGIN_US = 5_000_000
+#: The longest pause between two tries to record attempt results the store refused (growing 0.25 s a try).
+FLUSH_RETRY_MAX_S = 1.0
 DEFAULT_LEASE_US = 30_000_000 + LEASE_MARGIN_US
 
 ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts started, by lane and service class",
@@ -285,7 +287,8 @@ class Dispatcher:
                 failures += 1
                 log.error("recording %d attempt results failed (%s); will retry", len(batch), type(exc).__name__)
                 self._results[:0] = batch
-                await asyncio.sleep(min(5.0, 0.5 * failures))
+                # Unrecorded, these fires hold their tenant's in-flight quota: retry within 1 s.
+                await asyncio.sleep(min(FLUSH_RETRY_MAX_S, 0.25 * failures))
 
     async def _record(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
                       batch: list[Settlement]) -> int:

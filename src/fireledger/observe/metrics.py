@@ -148,6 +148,9 @@ class StoreCollector:
                                 value=1.0 if reading.synchronous else 0.0)
         yield GaugeMetricFamily("fireledger_store_sync_standbys", "Streaming synchronous standbys of the primary",
                                 value=float(reading.sync_standbys))
+        yield GaugeMetricFamily("fireledger_store_sync_required", "1 while synchronous_standby_names is set: "
+                                "commits wait for a standby (stalled while none streams)",
+                                value=1.0 if reading.sync_required else 0.0)
         yield GaugeMetricFamily("fireledger_store_timeline", "WAL timeline of the primary (each promotion "
                                 "increments it; 0: not a PostgreSQL primary)", value=float(reading.timeline))
         yield CounterMetricFamily("fireledger_store_failovers", "Primary changes this process has seen",
