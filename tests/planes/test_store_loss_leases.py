@@ -39,7 +39,7 @@ def _via(url: str, port: int) -> str:
 def stores(pg_server, tmp_path):
     """(store of ``b``: direct; store of ``a``: through the forwarder; the forwarder)."""
     direct = open_store("postgres", tmp_path, pg_server)
-    direct.ensure_partitions()
+    direct.timing.ensure_partitions()
     parts = urlsplit(direct.engine.url)
     proxy = CutProxy(parts.hostname or "127.0.0.1", int(parts.port or 5432))
     cut = Store.open(_via(direct.engine.url, proxy.port))
@@ -74,10 +74,10 @@ def test_a_node_that_lost_the_store_longer_than_its_lease_stops_claiming(stores)
     clock.advance(int(0.1 * S))
     assert not a.ownership().valid(clock.monotonic())
     b.cycle()
-    assert {x.owner for x in store_b.lease_table()} == {"a", "b"}   # a's session has not lapsed for b yet
+    assert {x.owner for x in store_b.timing.lease_table()} == {"a", "b"}   # a's session has not lapsed for b yet
     clock.advance(int(0.6 * S))
     b.cycle()
-    assert {x.owner for x in store_b.lease_table()} == {"b"}        # taken: a's session lapsed
+    assert {x.owner for x in store_b.timing.lease_table()} == {"b"}        # taken: a's session lapsed
 
     clock.set(T0 + 60 * S + 10 * MS)
     assert len(loop_b.tick().inserted) == 8                         # b decides every instant
@@ -88,6 +88,6 @@ def test_a_node_that_lost_the_store_longer_than_its_lease_stops_claiming(stores)
     rep = a.cycle()   # … which tells it what it lost
     assert set(rep.lost) == set(held_by_a) and rep.held == 0
     assert loop_a.tick().inserted == []
-    fires = [f for tr in trig for f in store_b.list_fires(t.id, tr.id)]
+    fires = [f for tr in trig for f in store_b.history.list_fires(t.id, tr.id)]
     assert len(fires) == 8 and {f.decided_by for f in fires} == {"b"}
     assert len({(f.trigger_id, f.scheduled_us) for f in fires}) == 8
