@@ -13,14 +13,14 @@ Every process runs under ``bench/costhook.py``, which counts the statements it e
 trace callback, one count per statement stepped; PostgreSQL: psycopg's ``execute``/``executemany``,
 one per parameter set) and SQLite's rows written (``total_changes``). Over a window that leaves out
 the first seconds (warm-up), the bench reads each process's CPU time (user + system, ``/proc``, its
-children included) and those counters, and divides by the plane's own work in the window: the
-timing plane's by the fires committed in it (``decided_us``), the others' by the fires the sink
-received in it (first arrivals): ``cpu_us_per_fire_by_plane`` and their sum ``cpu_us_per_fire``; ``statements_per_fire`` (by verb),
-``rows_written_per_fire``. WAL per fire: SQLite — frames appended to the ``-wal`` file (the WAL
-index header's ``mxFrame`` in the ``-shm`` file, sampled every few milliseconds by the bench, a
-reset after a checkpoint counted) × (page size + 24); PostgreSQL — ``pg_current_wal_lsn()`` moved,
-with transactions and rows written from ``pg_stat_database``, from the end of the load to the stop
-of the processes, divided by the fires recorded in that span.
+children included) and those counters, and divides by the plane's own work in the window: the timing
+plane's by the fires committed in it (``decided_us``), the others' by the fires the sink received in
+it (first arrivals): ``cpu_us_per_fire_by_plane`` and their sum ``cpu_us_per_fire``;
+``statements_per_fire`` (by verb), ``rows_written_per_fire``. WAL per fire: SQLite — frames appended
+to the ``-wal`` file (the WAL index header's ``mxFrame`` in the ``-shm`` file, sampled every few
+milliseconds by the bench, a reset after a checkpoint counted) × (page size + 24); PostgreSQL —
+``pg_current_wal_lsn()`` moved, with transactions and rows written from ``pg_stat_database``, from
+the end of the load to the stop of the processes, divided by the fires recorded in that span.
 
 Each line also prices a million fires at :data:`PRICE_VCPU_HOUR` per vCPU-hour and
 :data:`PRICE_PER_GB` per GB of WAL (stated in docs/performance.md, "Cost per fire").

@@ -11,8 +11,9 @@ Before handing over to the entry point it wraps the two drivers, in this process
 * PostgreSQL (psycopg 3): ``Cursor.execute`` / ``executemany`` count the statements sent (one per
   parameter set for ``executemany``); rows written come from the server's ``pg_stat_database``.
 
-Once its handler is installed, and on each ``SIGUSR1``, it writes the counters so far to ``$FIRELEDGER_BENCH_COST_DIR/<pid>.json`` (atomically,
-with a sequence number that the bench waits for). The counting costs about a microsecond per
+Once its handler is installed, and on each ``SIGUSR1``, it writes the counters so far to
+``$FIRELEDGER_BENCH_COST_DIR/<pid>.json`` (atomically, with a sequence number that the bench waits
+for). The counting costs about a microsecond per
 statement, charged to the process measured (docs/performance.md, "Cost per fire").
 """
 
