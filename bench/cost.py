@@ -15,7 +15,9 @@ one per parameter set) and SQLite's rows written (``total_changes``). Over a win
 the first seconds (warm-up), the bench reads each process's CPU time (user + system, ``/proc``, its
 children included) and those counters, and divides by the plane's own work in the window: the timing
 plane's by the fires committed in it (``decided_us``), the others' by the fires the sink received in
-it (first arrivals): ``cpu_us_per_fire_by_plane`` and their sum ``cpu_us_per_fire``;
+it (first arrivals): ``cpu_us_per_fire_by_plane`` and their sum ``cpu_us_per_fire`` (statements
+likewise); ``keeping_up`` is false when fewer fires were delivered than committed in the window —
+then a ``serve`` line (one process) charges the commits of undelivered fires to the delivered ones;
 ``statements_per_fire`` (by verb), ``rows_written_per_fire``. WAL per fire: SQLite — frames appended
 to the ``-wal`` file (the WAL index header's ``mxFrame`` in the ``-shm`` file, sampled every few
 milliseconds by the bench, a reset after a checkpoint counted) × (page size + 24); PostgreSQL —
@@ -311,18 +313,20 @@ def one(topology: str, url: str, db: Path | None, tmp: Path, sink: Sink, rate: i
     planes_d = {role: _delta(a[role], b[role]) for role in planes.roles}
     # Each plane's CPU per unit of its own work: the timing plane's per fire committed in the window,
     # the others' per fire delivered in it (equal when the planes keep up; apart when they do not).
-    by_plane = {r: round(p["cpu_s"] * 1e6 / (committed if r == "timing" else in_window), 1)
-                if (committed if r == "timing" else in_window) else 0.0 for r, p in planes_d.items()}
-    stmts = sum(p["statements_total"] for p in planes_d.values())
+    work = {r: committed if r == "timing" else in_window for r in planes_d}
+    by_plane = {r: round(p["cpu_s"] * 1e6 / work[r], 1) if work[r] else 0.0 for r, p in planes_d.items()}
+    stmts = sum(_per(p["statements_total"], work[r], 4) or 0.0 for r, p in planes_d.items())
     line: dict[str, Any] = {
         "scenario": SCENARIO, "system": f"fireledger-{topology}", "topology": topology, "rate": rate,
         "duration_s": duration_s, "window_s": duration_s - warm_s, "delivered_in_window": in_window, **summary,
         "committed_in_window": committed,
         "cpu_us_per_fire": round(sum(by_plane.values()), 1) if in_window and committed else None,
         "cpu_us_per_fire_by_plane": by_plane,
-        "statements_per_fire": _per(stmts, in_window, 2),
-        "statements_per_fire_by_plane": {r: {k: _per(v, in_window, 2) for k, v in sorted(p["statements"].items())}
+        "statements_per_fire": round(stmts, 2),
+        "statements_per_fire_by_plane": {r: {k: _per(v, work[r], 2) for k, v in sorted(p["statements"].items())}
                                          for r, p in planes_d.items()},
+        # Delivery kept up with the commits: only then is a one-process (serve) figure per fire.
+        "keeping_up": bool(committed) and in_window >= 0.95 * committed,
         "durable": True, **machine()}
     if db is not None:
         wal_bytes = frames * (page + 24)
