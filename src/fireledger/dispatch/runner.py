@@ -34,7 +34,7 @@ from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, RankCach
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
 from fireledger.observe.logs import attempt_fields
-from fireledger.observe.metrics import METRICS
+from fireledger.observe.metrics import METRICS, labelled
 from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
@@ -235,7 +235,7 @@ class Dispatcher:
             key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
             res = await self._send(job, key)
             now_us = self.clock.now().latest_us
-            METRICS.attempts.labels(f.lane, res.outcome).inc()
+            labelled(METRICS.attempts, f.lane, res.outcome).inc()
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             # The time left before the next instant bounds retries only: not computed for a final result.
@@ -315,7 +315,7 @@ class Dispatcher:
         if claimed.admission == shaping.Admission.OVER_QUOTA.value:
             self._over_inflight += 1
         self.admitted[claimed.admission] += 1
-        ADMISSIONS.labels(lane, claimed.admission).inc()
+        labelled(ADMISSIONS, lane, claimed.admission).inc()
         t = asyncio.create_task(self._attempt(claimed))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)

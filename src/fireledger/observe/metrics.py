@@ -226,4 +226,17 @@ class StoreCollector:
 
 METRICS = Metrics()
 
-__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "Metrics", "StoreCollector"]
+_CHILDREN: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def labelled(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once per (metric, label values) in this process: the hot
+    path (several per dispatch attempt) skips the library's lock and label validation."""
+    key = (id(metric), labels)
+    got = _CHILDREN.get(key)
+    if got is None:
+        got = _CHILDREN[key] = metric.labels(*labels)
+    return got
+
+
+__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "Metrics", "StoreCollector", "labelled"]
