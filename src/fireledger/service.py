@@ -34,6 +34,7 @@ if TYPE_CHECKING:   # imported where they run (startup time); named here for the
     from fastapi import FastAPI
 
     from fireledger.dispatch.runner import Dispatcher
+    from fireledger.replication import LitestreamPlan
     from fireledger.timing import TimingNode
 
 log = logging.getLogger("fireledger.service")
@@ -255,11 +256,12 @@ def _start_control(planes: _Planes, store: Store, clock: Clock, listen: str | No
 
 async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str | None = None,
                keys: KeyRingFile | None = None, listen_socket: socket.socket | None = None,
-               settings: Settings | None = None) -> None:
+               settings: Settings | None = None, replica: LitestreamPlan | None = None) -> None:
     """Run ``roles`` in this event loop until a signal or until one plane ends, then stop them all
     within ``settings.stop_timeout_s`` (invariant 17). The control role also runs the tenant purge
     and history retention jobs and, with ``db`` and more than one role, supervises the extra dispatch
-    processes (``FIRELEDGER_DISPATCH_PROCESSES``)."""
+    processes (``FIRELEDGER_DISPATCH_PROCESSES``). With ``replica`` it supervises Litestream, which is
+    stopped after the planes (its final sync ships their last commits)."""
     import uvloop  # noqa: F401  (the policy is installed by the caller)
 
     if settings is None:
@@ -290,6 +292,13 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
     extra = settings.dispatch_processes - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
     supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
                   if extra and db else None)
+    replica_stop = asyncio.Event()
+    replicator = None
+    if replica is not None:
+        from fireledger.replication import supervise_litestream
+
+        replicator = asyncio.create_task(supervise_litestream(replica, stop, replica_stop, grace_s=stop_s * 0.1),
+                                         name="litestream")
     done, _ = await asyncio.wait([*planes.tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     for t in done:
         if t is not waiter and t.exception() is not None:
@@ -300,6 +309,9 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
     if supervisor is not None:
         planes.tasks.append(supervisor)   # stopped with the planes, not watched as one
     await _stop_planes(planes, stop_s)
+    if replicator is not None:
+        replica_stop.set()
+        await asyncio.wait([replicator], timeout=stop_s * 0.15)
     waiter.cancel()
     for job in jobs:
         job.cancel()
@@ -346,10 +358,14 @@ def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Sett
     problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
     if problem is not None:
         raise ValueError(problem)
+    replica = _replica_plan(db, roles, settings)   # before the store is opened: a refusal changes nothing
     store = Store.open(db, settings=settings)
-    if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
-        store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
     try:
+        if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
+            if replica is not None:
+                store.engine.leave_checkpoints_to_replicator()   # Litestream owns them (decision 0126)
+            else:
+                store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
         keys = None
         if {"control", "dispatch"} & set(roles):
             cipher_for(store).ensure_kek()   # refuse to start without a readable KEK (one line, exit 2)
@@ -361,13 +377,31 @@ def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Sett
 
             BoundedHttpToolsProtocol.cap = connection_cap(settings.max_connections)   # decision 0092
         listen_socket = bind_listen(listen or "127.0.0.1:8080") if "control" in roles else None
-        uvloop.run(_run(store, roles, listen, db, keys, listen_socket, settings))
+        uvloop.run(_run(store, roles, listen, db, keys, listen_socket, settings, replica))
     finally:
         busy = _threads_still_running(1.0)
         if busy:   # closing a connection under a running call could crash the process: leave it to exit
             log.warning("store calls still running in %s; the store is closed with the process", ", ".join(busy))
         else:
             store.close()
+
+
+def _replica_plan(db: str, roles: Sequence[str], settings: Settings) -> LitestreamPlan | None:
+    """Litestream for ``FIRELEDGER_REPLICA`` (decision 0126): planned by ``serve`` (every role in one
+    process: the one writer of the file) on SQLite; refused on PostgreSQL by every command
+    (``ValueError`` naming the setting). A plane run alone on SQLite does not replicate (said once)."""
+    if settings.replica is None:
+        return None
+    from fireledger.replication import plan_replication
+    from fireledger.store.engine import engine_for_url
+
+    engine = engine_for_url(db)   # no connection yet
+    path = engine.path if isinstance(engine, SqliteEngine) else None
+    if path is not None and len(roles) < 3:
+        log.warning("FIRELEDGER_REPLICA: only `fireledger serve` replicates the SQLite store; %s does not",
+                    "/".join(roles))
+        return None
+    return plan_replication(engine.name, path, settings.replica, settings.replica_sync_s)
 
 
 def _threads_still_running(wait_s: float) -> list[str]:

@@ -33,7 +33,7 @@ __all__ = [
     "parse_connect_timeout_s", "parse_declared_eps_us", "parse_dispatch_concurrency", "parse_dispatch_processes",
     "parse_flag",
     "parse_lane_text", "parse_log_level", "parse_max_connections", "parse_metrics_listen", "parse_over_quota_share",
-    "parse_per_tenant_limit", "parse_public_url", "parse_retention_days", "parse_seconds",
+    "parse_per_tenant_limit", "parse_public_url", "parse_replica", "parse_retention_days", "parse_seconds",
     "parse_stop_timeout_s", "parse_store_number", "parse_trusted_proxies", "process_env",
 ]
 
@@ -125,6 +125,18 @@ def parse_public_url(env: Mapping[str, str]) -> str | None:
         raise SettingError(f"{name}: {raw!r} is not an http:// or https:// URL with a host "
                            "(e.g. https://fireledger.example.com)")
     return raw
+
+
+def parse_replica(env: Mapping[str, str]) -> str | None:
+    """``FIRELEDGER_REPLICA``: a directory path or ``file://`` URL (returned as the path) for Litestream
+    (decision 0126); unset: none. Usability is checked by ``serve`` (:mod:`fireledger.replication`)."""
+    from urllib.parse import unquote, urlparse
+
+    raw, parsed = _text(env, "FIRELEDGER_REPLICA"), urlparse(_text(env, "FIRELEDGER_REPLICA"))
+    if "://" in raw and (parsed.scheme != "file" or parsed.netloc not in ("", "localhost") or not parsed.path):
+        raise SettingError(f"FIRELEDGER_REPLICA: {raw!r} is not a directory path or a file:// URL "
+                           "(e.g. /var/backups/fireledger or file:///var/backups/fireledger)")
+    return (unquote(parsed.path) if "://" in raw else raw) or None
 
 
 def parse_allow_private_targets(env: Mapping[str, str]) -> bool:
@@ -422,6 +434,8 @@ class Settings:
     # store (PostgreSQL)
     pg_connect_timeout_s: int = 5                   # FIRELEDGER_PG_CONNECT_TIMEOUT_S
     pg_statement_timeout_ms: int = 30_000           # FIRELEDGER_PG_STATEMENT_TIMEOUT_MS
+    replica: str | None = None                      # FIRELEDGER_REPLICA (none; SQLite, decision 0126)
+    replica_sync_s: float = 1.0                     # FIRELEDGER_REPLICA_SYNC_S (the declared RPO)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -463,6 +477,8 @@ class Settings:
                                                            whole=True)),
             "pg_statement_timeout_ms": int(parse_store_number(e, "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", 30_000,
                                                               minimum=0, whole=True)),
+            "replica": parse_replica(e),
+            "replica_sync_s": parse_seconds(e, "FIRELEDGER_REPLICA_SYNC_S", 1.0),
         }
         return cls(**values)
 
@@ -480,4 +496,5 @@ VARIABLES: tuple[str, ...] = (
     "FIRELEDGER_DISPATCH_PROCESSES", "FIRELEDGER_DISPATCH_CONCURRENCY", "FIRELEDGER_OVER_QUOTA_SHARE",
     "FIRELEDGER_CONNECT_TIMEOUT_S", *(lane_variable(lane) for lane in LANE_NAMES), "FIRELEDGER_INTERNAL_MODULES",
     "FIRELEDGER_PG_CONNECT_TIMEOUT_S", "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS",
+    "FIRELEDGER_REPLICA", "FIRELEDGER_REPLICA_SYNC_S",
 )

@@ -16,7 +16,8 @@ import pytest
 
 from fireledger.settings import SettingError, Settings
 from fireledger.store import Store, StoreError
-from fireledger.store.engine import DEFAULT_MAX_IDLE, PostgresEngine
+from fireledger.store.engine import PostgresEngine
+from fireledger.store.pool import DEFAULT_MAX_IDLE
 from storekit import T0, add_target, add_tenant, add_trigger
 
 THREADS = 50

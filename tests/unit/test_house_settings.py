@@ -135,6 +135,8 @@ BAD = [
     ("FIRELEDGER_LANE_BACKFILL", "concurrency=none"),
     ("FIRELEDGER_PG_CONNECT_TIMEOUT_S", "0"),
     ("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", "soon"),
+    ("FIRELEDGER_REPLICA", "s3://bucket/prefix"),
+    ("FIRELEDGER_REPLICA_SYNC_S", "0"),
 ]
 #: Free-form values, checked where they are used (a path, a URL the receivers compare, module names,
 #: the KEK, whose decoding names FIRELEDGER_KEK), or a switch where anything but "1" means off.

@@ -9,7 +9,7 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.keys` — ``init``, ``keys show|stage|rotate|prune``;
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
-* :mod:`.dispatch_ops` — ``tenant quota``;
+* :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
 * :mod:`.common` — the one ``--db`` default, :func:`~.common.fail`, the store openers, :class:`~.common.Command`.
 
 The planes export functions; only this package holds command-line surfaces (enforced by the
@@ -31,6 +31,7 @@ from typer._click import exceptions as click_exc
 
 from . import (
     backfill,
+    backup,
     dispatch_ops,
     evidence,
     history,
@@ -59,7 +60,8 @@ GROUPS: dict[str, str] = {
 }
 
 #: Every module holding commands, in the order their commands are listed.
-MODULES = (preview, run, trust, operator, evidence, history, timing_ops, dispatch_ops, backfill, reports, keys)
+MODULES = (preview, run, trust, operator, evidence, history, timing_ops, dispatch_ops, backfill, reports, keys,
+           backup)
 
 
 def _root() -> None:

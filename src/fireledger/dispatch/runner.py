@@ -34,7 +34,7 @@ from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settleme
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
 from fireledger.observe.logs import attempt_fields
-from fireledger.observe.metrics import METRICS
+from fireledger.observe.metrics import METRICS, labelled
 from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
@@ -54,6 +54,8 @@ __all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle
 log = logging.getLogger("fireledger.dispatch")
 
 LEASE_MARGIN_US = 5_000_000
+#: The longest pause between two tries to record attempt results the store refused (growing 0.25 s a try).
+FLUSH_RETRY_MAX_S = 1.0
 DEFAULT_LEASE_US = 30_000_000 + LEASE_MARGIN_US
 
 ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts started, by lane and service class",
@@ -232,7 +234,7 @@ class Dispatcher:
             key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
             res = await self._send(job, key)
             now_us = self.clock.now().latest_us
-            METRICS.attempts.labels(f.lane, res.outcome).inc()
+            labelled(METRICS.attempts, f.lane, res.outcome).inc()
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             # The time left before the next instant bounds retries only: not computed for a final result.
@@ -284,7 +286,8 @@ class Dispatcher:
                 failures += 1
                 log.error("recording %d attempt results failed (%s); will retry", len(batch), type(exc).__name__)
                 self._results[:0] = batch
-                await asyncio.sleep(min(5.0, 0.5 * failures))
+                # Unrecorded, these fires hold their tenant's in-flight quota: retry within 1 s.
+                await asyncio.sleep(min(FLUSH_RETRY_MAX_S, 0.25 * failures))
 
     async def _record(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
                       batch: list[Settlement]) -> int:
@@ -311,7 +314,7 @@ class Dispatcher:
         if claimed.admission == shaping.Admission.OVER_QUOTA.value:
             self._over_inflight += 1
         self.admitted[claimed.admission] += 1
-        ADMISSIONS.labels(lane, claimed.admission).inc()
+        labelled(ADMISSIONS, lane, claimed.admission).inc()
         t = asyncio.create_task(self._attempt(claimed))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)

@@ -36,16 +36,33 @@ def decode_payload(tenant_id: str, payload: bytes) -> Any:
     return json.loads(payload) if payload else {}
 
 
+_ENCODED: dict[bytes, str] = {}
+_ENCODED_MAX = 4096
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _encoded_payload(tenant_id: str, payload: bytes) -> str:
+    """The payload as it appears in a body: its JSON re-encoded compactly (the exact text
+    ``json.dumps(decode_payload(...), separators=(",", ":"))`` gives), remembered by plaintext."""
+    hit = _ENCODED.get(payload)
+    if hit is None:
+        hit = _dumps(decode_payload(tenant_id, payload))
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        _ENCODED[payload] = hit
+    return hit
+
+
 def dispatch_body(job: DispatchJob, key: str) -> bytes:
-    """The JSON body of an HTTP dispatch (DESIGN.md §4)."""
+    """The JSON body of an HTTP dispatch (DESIGN.md §4): exactly the bytes of ``json.dumps`` of
+    ``{fire_key, trigger_id, scheduled_instant, attempt, lane, kind, version, payload}`` in that
+    order with separators ``(",", ":")``, assembled from the parts (the payload's encoding is
+    remembered by plaintext, decision 0139)."""
     f = job.fire
-    payload = decode_payload(f.tenant_id, job.payload)
-    return json.dumps({
-        "fire_key": key, "trigger_id": f.trigger_id,
-        "scheduled_instant": format_instant(from_us(f.scheduled_us)),
-        "attempt": job.attempt, "lane": f.lane, "kind": f.kind, "version": f.version,
-        "payload": payload,
-    }, separators=(",", ":")).encode()
+    return (f'{{"fire_key":{_dumps(key)},"trigger_id":{_dumps(f.trigger_id)},'
+            f'"scheduled_instant":{_dumps(format_instant(from_us(f.scheduled_us)))},"attempt":{int(job.attempt)},'
+            f'"lane":{_dumps(str(f.lane))},"kind":{_dumps(str(f.kind))},"version":{int(f.version)},'
+            f'"payload":{_encoded_payload(f.tenant_id, job.payload)}}}').encode()
 
 
 def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,

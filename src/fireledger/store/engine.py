@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import weakref
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 from fireledger.errors import FireledgerError
 
 from . import queries
+from .pool import DEFAULT_MAX_IDLE, ConnectionPool
 
 if TYPE_CHECKING:
     from fireledger.settings import Settings
@@ -69,103 +70,6 @@ def migration_files(engine: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-#: Idle connections kept for the next new thread (beyond this, a dead thread's connection is closed).
-DEFAULT_MAX_IDLE = 4
-
-
-class _Held:
-    """A thread's claim on one connection; when the thread exits its thread-local dies with it and
-    the finalizer hands the connection back to the pool."""
-
-    __slots__ = ("__weakref__", "conn")
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-
-class ConnectionPool:
-    """Connections held by live threads, plus at most ``max_idle`` idle ones (module docstring).
-
-    ``opener()`` opens a connection; ``reusable(conn)`` says whether a released one may serve
-    another thread (not closed, not inside a transaction); ``closer(conn)`` closes one quietly."""
-
-    def __init__(self, opener: Callable[[], Any], reusable: Callable[[Any], bool],
-                 closer: Callable[[Any], None], max_idle: int = DEFAULT_MAX_IDLE) -> None:
-        self._opener = opener
-        self._reusable = reusable
-        self._closer = closer
-        self.max_idle = max_idle
-        self._local = threading.local()
-        self._lock = threading.RLock()   # a finalizer may run on a thread already inside the pool
-        self._open: dict[int, Any] = {}     # id → every open connection (held or idle)
-        self._idle: list[Any] = []
-
-    def get(self, valid: Callable[[Any], bool] = lambda c: True) -> Any:
-        """This thread's connection (taken from the idle ones, or opened, on first use; replaced
-        when ``valid(conn)`` is false, e.g. a PostgreSQL connection that was closed)."""
-        held: _Held | None = getattr(self._local, "held", None)
-        if held is not None:
-            if valid(held.conn):
-                return held.conn
-            self._discard(held.conn)
-        conn = None
-        with self._lock:
-            while self._idle and conn is None:
-                cand = self._idle.pop()
-                if valid(cand):
-                    conn = cand
-                else:
-                    self._open.pop(id(cand), None)
-                    self._closer(cand)
-        if conn is None:
-            conn = self._opener()
-            with self._lock:
-                self._open[id(conn)] = conn
-        held = _Held(conn)
-        fin = weakref.finalize(held, self._give_back, conn)
-        fin.atexit = False
-        self._local.held = held
-        return conn
-
-    def _discard(self, conn: Any) -> None:
-        with self._lock:
-            self._open.pop(id(conn), None)
-        self._closer(conn)
-
-    def _give_back(self, conn: Any) -> None:
-        """A thread that held ``conn`` ended: keep it idle (up to ``max_idle``) or close it."""
-        with self._lock:
-            if self._open.get(id(conn)) is not conn:
-                return                          # closed meanwhile by close_all()
-            keep = len(self._idle) < self.max_idle and self._reusable(conn)
-            if keep:
-                self._idle.append(conn)
-            else:
-                del self._open[id(conn)]
-        if not keep:
-            self._closer(conn)
-
-    def open_connections(self) -> list[Any]:
-        """Every open connection (held by a live thread or idle)."""
-        with self._lock:
-            return list(self._open.values())
-
-    def idle_count(self) -> int:
-        with self._lock:
-            return len(self._idle)
-
-    def close_all(self) -> None:
-        """Close every connection; threads that held one open a new one on their next call."""
-        with self._lock:
-            conns = list(self._open.values())
-            self._open.clear()
-            self._idle.clear()
-            old, self._local = self._local, threading.local()
-        del old   # this thread's claim dies here: its finalizer finds the connection gone and ignores it
-        for c in conns:
-            self._closer(c)
-
-
 def _sqlite_close(conn: sqlite3.Connection) -> None:
     try:
         conn.close()
@@ -195,8 +99,8 @@ class EngineCaps:
     """What an engine can do, named, so no area store branches on the engine's name.
 
     ``skip_locked``: concurrent claimers lock disjoint rows inside the claim transaction
-    (``FOR UPDATE SKIP LOCKED``); without it there is one writer at a time and a claim may rank its
-    candidates before it begins writing. ``notify``: a committed change can wake other processes
+    (``FOR UPDATE SKIP LOCKED``: the claim reads every tenant's batch in one locking statement,
+    decision 0130); without it there is one writer at a time and the claim reads tenant by tenant. ``notify``: a committed change can wake other processes
     (``LISTEN``/``NOTIFY``); without it they poll. ``server_clock``: the database has a clock of its
     own, independent of this process's (used to cross-check the local clock). ``networked``: reached
     over the network by processes on several machines (timing leases are on by default there)."""
@@ -268,6 +172,7 @@ class SqliteEngine(Engine):
         self._write_lock = threading.RLock()
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpointer = threading.Event()
+        self._external_checkpoints = False
 
     def start_checkpointer(self, interval_s: float = 0.2) -> None:
         """Move WAL checkpoints off the commit path: this engine's connections stop checkpointing
@@ -276,7 +181,7 @@ class SqliteEngine(Engine):
         it copies pages, so a commit no longer waits for tens of milliseconds of checkpoint work).
         Durability is unchanged: a commit is in the WAL either way. Idempotent; stopped by close()."""
         with self._lock:
-            if self._checkpointer is not None:
+            if self._checkpointer is not None or self._external_checkpoints:
                 return
             for c in self.pool.open_connections():
                 c.execute("PRAGMA wal_autocheckpoint = 0")
@@ -285,6 +190,16 @@ class SqliteEngine(Engine):
                                  daemon=True)
             self._checkpointer = t
         t.start()
+
+    def leave_checkpoints_to_replicator(self) -> None:
+        """Litestream (decision 0126) must be the only one to checkpoint the WAL it ships: this
+        engine's connections stop checkpointing (``wal_autocheckpoint = 0``), no checkpointer thread
+        is started, and :meth:`scrub_after_shred` does not checkpoint (its TRUNCATE would wait on the
+        replicator's read lock; the replica keeps old pages until its retention anyway)."""
+        with self._lock:
+            self._external_checkpoints = True
+            for c in self.pool.open_connections():
+                c.execute("PRAGMA wal_autocheckpoint = 0")
 
     def _checkpoint_loop(self, interval_s: float) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -318,7 +233,7 @@ class SqliteEngine(Engine):
         # pages (crypto-shredding; docs/decisions/0081).
         conn.execute("PRAGMA secure_delete = ON")
         with self._lock:
-            if self._checkpointer is not None:
+            if self._checkpointer is not None or self._external_checkpoints:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
         return conn
 
@@ -356,17 +271,27 @@ class SqliteEngine(Engine):
         """``PRAGMA wal_checkpoint(TRUNCATE)``: copy the WAL into the database (where
         ``secure_delete`` has zeroed the freed content) and truncate the WAL to zero bytes, so the old
         pages (a destroyed wrapped key) are in neither file. Readers of other processes can hold the
-        checkpoint back: tried ``attempts`` times (SQLite's busy handler waits between tries); False
-        when the WAL could not be truncated (the next checkpoint will)."""
+        checkpoint back: tried ``attempts`` times, 50 ms apart, each without waiting (busy timeout 0:
+        a TRUNCATE that waits for readers blocks every writer meanwhile, and a replicator's read lock
+        — Litestream's, decision 0126 — never ends); False when the WAL could not be truncated (the
+        next checkpoint will)."""
+        if self._external_checkpoints:
+            return False
         conn = self.connection()
-        for _ in range(attempts):
-            try:
-                busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            except sqlite3.OperationalError:
-                busy = 1
-            if not busy:
-                return True
-        return False
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            for i in range(attempts):
+                if i:
+                    time.sleep(0.05)   # between tries, not a wait for a condition
+                try:
+                    busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                except sqlite3.OperationalError:
+                    busy = 1
+                if not busy:
+                    return True
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
 
     def close(self) -> None:
         t, self._checkpointer = self._checkpointer, None
@@ -374,6 +299,27 @@ class SqliteEngine(Engine):
             self._stop_checkpointer.set()
             t.join()
         self.pool.close_all()
+
+
+#: libpq options that notice a server whose machine vanished (power loss, partition: no FIN, no RST)
+#: within ~10 s instead of the kernel's ~15 min retransmission timeout: TCP keepalives on an idle
+#: connection (5 s idle, then 5 probes 1 s apart) and ``tcp_user_timeout`` for data sent and never
+#: acknowledged. The statement then fails, the pool replaces the connection, and the multi-host URL
+#: reaches the promoted primary (issue 16; docs/decisions/0128). An option written in the URL wins.
+DEAD_PEER_OPTIONS = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "1",
+                     "keepalives_count": "5", "tcp_user_timeout": "10000"}
+
+
+def dead_peer_options(url: str) -> dict[str, Any]:
+    """:data:`DEAD_PEER_OPTIONS` less those ``url`` sets itself (for connections opened outside the
+    pool: the definition listener, the clock probe). An unparsable URL gets them all."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(url)
+    except Exception:
+        given = {}
+    return {k: v for k, v in DEAD_PEER_OPTIONS.items() if k not in given}
 
 
 class PostgresEngine(Engine):
@@ -388,8 +334,8 @@ class PostgresEngine(Engine):
         self.pool = ConnectionPool(self._open, _pg_reusable, _pg_close, max_idle)
 
     def _open(self) -> Any:
-        """A new autocommit connection with the connect and statement timeouts (a
-        ``connect_timeout`` written in the URL wins over the setting)."""
+        """A new autocommit connection with the connect and statement timeouts and
+        :data:`DEAD_PEER_OPTIONS` (a ``connect_timeout`` or keepalive option written in the URL wins)."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 
@@ -398,6 +344,7 @@ class PostgresEngine(Engine):
         except psycopg.ProgrammingError as exc:
             raise StoreError(f"--db: not a PostgreSQL URL: {str(exc).strip()}") from None
         extra: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": int(self.connect_timeout_s)}
+        extra.update(dead_peer_options(self.url))
         try:
             conn = psycopg.connect(self.url, autocommit=True, **extra)
             conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.statement_timeout_ms),))
@@ -423,6 +370,13 @@ class PostgresEngine(Engine):
                 "or a lock was held too long")
         return None
 
+    def _failed(self, conn: Any, exc: Exception) -> StoreError | None:
+        """After a failed statement: a broken connection invalidates the pool (the others reached
+        the same server); returns the error to raise instead, if any (:meth:`_timed_out`)."""
+        if getattr(conn, "closed", False):
+            self.pool.invalidate()
+        return self._timed_out(exc)
+
     @contextmanager
     def write(self) -> Iterator[Any]:
         conn = self.connection()
@@ -430,17 +384,18 @@ class PostgresEngine(Engine):
             with conn.transaction():
                 yield conn
         except Exception as exc:
-            mapped = self._timed_out(exc)
+            mapped = self._failed(conn, exc)
             if mapped is not None:
                 raise mapped from exc
             raise
 
     @contextmanager
     def read(self) -> Iterator[Any]:
+        conn = self.connection()
         try:
-            yield self.connection()
+            yield conn
         except Exception as exc:
-            mapped = self._timed_out(exc)
+            mapped = self._failed(conn, exc)
             if mapped is not None:
                 raise mapped from exc
             raise
