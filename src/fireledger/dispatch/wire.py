@@ -94,6 +94,7 @@ class Target:
     ip: str | None             # the host as an IP literal, when it is one (no resolution then)
     server_hostname: str       # SNI and certificate name
     prefix: bytes              # "POST <path> HTTP/1.1\r\nhost: ...\r\nuser-agent: ...\r\n"
+    path: str = "/"            # the path without the query: the endpoint, for the connection limits
 
 
 def parse_target(url: str, user_agent: str) -> Target:
@@ -103,6 +104,7 @@ def parse_target(url: str, user_agent: str) -> Target:
         host = u.raw_host
         port = u.port
         path = u.raw_path_qs or "/"
+        endpoint = u.raw_path or "/"
         host_header = u.host_port_subcomponent
     except (TypeError, ValueError) as exc:
         raise ValueError(f"url is not a valid URL: {exc}") from None
@@ -118,7 +120,7 @@ def parse_target(url: str, user_agent: str) -> Target:
         raise ValueError("url must not contain whitespace or line breaks")
     prefix = f"POST {path} HTTP/1.1\r\nhost: {host_header}\r\nuser-agent: {user_agent}\r\n".encode()
     return Target(origin=(u.scheme, host, port), tls=u.scheme == "https", ip=ip,
-                  server_hostname=host.rstrip("."), prefix=prefix)
+                  server_hostname=host.rstrip("."), prefix=prefix, path=endpoint)
 
 
 _VETTED_NAMES: set[str] = set()
