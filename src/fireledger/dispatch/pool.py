@@ -371,10 +371,13 @@ class Pool:
             raise ExchangeError("closed", "the sender was closed", sent=False)
         origin = target.origin
         flow: Flow = (tenant, origin, target.path)
+        waited = 0.0
         if self._can_take(flow):   # a free slot has no eligible waiter (_wake_waiters hands over)
             self._take(flow)
         else:
+            queued = self.loop.time()
             await self._wait_slot(flow, deadline)
+            waited = self.loop.time() - queued
         lim = self.flow_limit(flow)
         epoch, inflight, started = lim.epoch, self._flow_use.get(flow, 0), self.loop.time()
         conn: Connection | None = None
@@ -387,9 +390,17 @@ class Pool:
         except BaseException as exc:
             if conn is not None:
                 conn.abort()
-            if isinstance(exc, ExchangeError) and exc.kind in _DROPS:
-                lim.on_drop(epoch)
             self._give_back(flow)
+            if not isinstance(exc, ExchangeError):
+                raise
+            if waited and exc.kind == "timeout" and not exc.sent:
+                # Out of time before sending because the slot came late: the wait is the cause, and
+                # it says nothing of the receiver (no drop).
+                raise ExchangeError("timeout", f"{exc} after waiting {waited:.2f}s for a free connection "
+                                    f"(this tenant's adaptive connection limit for the endpoint)",
+                                    sent=False) from None
+            if exc.kind in _DROPS:
+                lim.on_drop(epoch)
             raise
         if reply.status == 429 or reply.status == 503:
             lim.on_drop(epoch)
