@@ -169,6 +169,7 @@ class Pool:
                     self._waiters[flow] = q   # served and still waiting: to the back
 
     async def _wait_slot(self, flow: Flow, deadline: float) -> None:
+        why = self._no_slot(flow)
         fut: asyncio.Future[bool] = self.loop.create_future()
         self._waiters.setdefault(flow, collections.deque()).append(fut)
         timer = self.loop.call_at(deadline, _expire_waiter, fut)
@@ -181,20 +182,20 @@ class Pool:
         finally:
             timer.cancel()
         if not granted:
-            raise ExchangeError("timeout", self._no_slot(flow), sent=False)
+            raise ExchangeError("timeout", why, sent=False)
         if self._closed:
             self._give_back(flow)
             raise ExchangeError("closed", "the sender was closed", sent=False)
 
     def _no_slot(self, flow: Flow) -> str:
-        """Why a request of ``flow`` got no connection before its deadline (no path: it may hold
-        a secret)."""
+        """Why a request of ``flow`` has to wait for a connection (said, if it waits until its
+        deadline, in its error; no path: a path may hold a secret)."""
         _tenant, (_scheme, host, port), _path = flow
-        allowed = self.flow_limit(flow).allowed
-        if self._flow_use.get(flow, 0) >= allowed:
-            why = f"this tenant's adaptive connection limit for the endpoint ({allowed}) was in use"
-        else:
+        if self._in_use >= self._limit:
             why = f"the dispatch plane's connection limit ({self._limit}) was in use"
+        else:
+            allowed = self.flow_limit(flow).allowed
+            why = f"this tenant's adaptive connection limit for the endpoint ({allowed}) was in use"
         return f"no free connection to {host}:{port}: {why}"
 
     # --- idle connections -----------------------------------------------------------------------
