@@ -24,7 +24,8 @@ from sink import SinkServer
 
 T = TypeVar("T")
 SECRET = signing.new_secret()
-HANG_S = 2.0
+HANG_S = 3.0       # the silent requests written hang until this timeout
+WAIT_S = 1.0       # the ones queued behind them give up first: they never get a slot
 
 
 def run(coro: Awaitable[T], limit_s: float = 30) -> T:
@@ -53,8 +54,8 @@ def test_a_flow_at_its_limit_holds_only_its_own_slots_and_a_request_that_never_g
                 res = await sender.send(req)
                 return res, time.monotonic() - started
 
-            silent = [asyncio.ensure_future(sender.send(request(hang, "tn_a", i, HANG_S)))
-                      for i in range(INITIAL_ORIGIN_LIMIT + 2)]
+            timeouts = [HANG_S] * INITIAL_ORIGIN_LIMIT + [WAIT_S] * 2
+            silent = [asyncio.ensure_future(sender.send(request(hang, "tn_a", i, t))) for i, t in enumerate(timeouts)]
             deadline = time.monotonic() + 10
             while sum(1 for r in sink.records() if r["path"].startswith("/hang")) < INITIAL_ORIGIN_LIMIT:
                 assert time.monotonic() < deadline, "the silent requests were written"
@@ -70,7 +71,7 @@ def test_a_flow_at_its_limit_holds_only_its_own_slots_and_a_request_that_never_g
         sink.stop()
     for res, took in others:
         assert res.outcome == "delivered", res
-        assert took < 1.0, f"waited {took:.2f}s behind the silent flow (its requests hang {HANG_S:g}s)"
+        assert took < WAIT_S, f"waited {took:.2f}s behind the silent flow (its requests hang {HANG_S:g}s)"
     written = [r for r in silent if r.sent]
     waited = [r for r in silent if not r.sent]
     assert len(written) == INITIAL_ORIGIN_LIMIT and {r.outcome for r in written} == {"unknown"}, silent
