@@ -67,3 +67,15 @@ def test_a_capped_smear_is_committed_reported_and_in_order(api: Api) -> None:
     assert whole.capped_fires == len(late)
     # The report's smeared peak is recomputed from the same capped offsets the planner committed.
     assert whole.with_.second_us is not None and whole.with_.second_us < minute + S
+
+
+def test_the_api_takes_quartz_w_and_year_and_names_schedule_cron(api: Api) -> None:
+    """The API passes the expression to the compiler: W, ? and the year need nothing of their own."""
+    _, s = api.tenant("acme")
+    target = s.target()["id"]
+    made = s.trigger(target, {"cron": "0 30 9 15W * ? 2026-2030", "zone": "Europe/London"})
+    assert made["schedule"]["cron"] == "0 30 9 15W * ? 2026-2030"
+    r = s.post("/v1/triggers", json={"name": "x", "schedule": {"cron": "0 0 9 1 1 ? 2300"}, "target_id": target,
+                                     "payload": {}})
+    assert r.status_code == 422
+    assert r.json()["errors"] == [{"field": "schedule.cron", "problem": "year: 2300 is out of range 1970-2199"}]
