@@ -219,7 +219,7 @@ class Dispatcher:
             req = HttpRequest(url=target.url, secret=target.secret, fire_key=key,
                               msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
                               timeout_s=job.policies.timeout_s, extra_headers=headers,
-                              pinned_addresses=job.pinned_addresses)
+                              pinned_addresses=job.pinned_addresses, tenant_id=f.tenant_id)
         except ValueError as exc:
             # A definition that cannot be sent is final, recorded with its cause (never looped).
             return HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)

@@ -34,7 +34,7 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 POLICY_FIELDS = frozenset({"missed_fire_policy", "catchup_horizon", "overlap_policy", "outcome_window"})
 #: Every field of a definition, as the API names them.
 DEFINITION_FIELDS = frozenset({"name", "schedule", "target_id", "payload", "jitter", "timeout"}) | POLICY_FIELDS
-_CRON_FIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month", "day-of-week"})
+_CRON_FIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"})
 _SCHEDULE_STRINGS = ("cron", "every", "at", "zone", "anchor", "not_before", "not_after")
 _ONE_S = timedelta(seconds=1)
 #: field: (minimum, maximum, whole seconds only)
