@@ -30,7 +30,7 @@ from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
-from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, RankCache, Settlement
+from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
 from fireledger.observe.logs import attempt_fields
@@ -112,7 +112,6 @@ class Dispatcher:
         self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
         self.admitted: Counter[str] = Counter()   # by service class, since start
-        self.rank_cache = RankCache()   # one ranking of a large backlog serves several rounds
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
         self._claiming: asyncio.Future[ClaimResult] | None = None
@@ -306,7 +305,7 @@ class Dispatcher:
     def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
         now = self.clock.now()
         return self.store.dispatch.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                       LEASE_MARGIN_US, self.rank_cache)
+                                                LEASE_MARGIN_US)
 
     def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane

@@ -99,9 +99,10 @@ class EngineCaps:
     """What an engine can do, named, so no area store branches on the engine's name.
 
     ``skip_locked``: concurrent claimers lock disjoint rows inside the claim transaction
-    (``FOR UPDATE SKIP LOCKED``); without it there is one writer at a time and a claim may rank its
-    candidates before it begins writing. ``notify``: a committed change can wake other processes
-    (``LISTEN``/``NOTIFY``); without it they poll. ``server_clock``: the database has a clock of its
+    (``FOR UPDATE SKIP LOCKED``: the claim reads every tenant's batch in one locking statement,
+    decision 0130); without it there is one writer at a time and the claim reads tenant by tenant.
+    ``notify``: a committed change can wake other processes (``LISTEN``/``NOTIFY``); without it they
+    poll. ``server_clock``: the database has a clock of its
     own, independent of this process's (used to cross-check the local clock). ``networked``: reached
     over the network by processes on several machines (timing leases are on by default there)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from fireledger.domain.dispatch_records import ClaimResult, QueueMessage, RankCache, Settlement, Shaper
+from fireledger.domain.dispatch_records import ClaimResult, QueueMessage, Settlement, Shaper
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import DispatchJob, Fire, Target
 
@@ -33,7 +33,7 @@ class DispatchStore(Protocol):
         ...
 
     def claim_shaped(self, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                     lease_margin_us: int, cache: RankCache | None = None) -> ClaimResult:
+                     lease_margin_us: int) -> ClaimResult:
         """Lease the fires ``shaper`` admits, in one transaction (see the module docstring).
 
         ``fetch`` maps a lane to how many candidates to offer from it (0 or absent: none). Each
@@ -42,9 +42,8 @@ class DispatchStore(Protocol):
         row started; a runner that dies leaves the lease to expire and the fire to be claimed again
         as a further attempt under the same key.
 
-        ``cache`` (SQLite only; ignored on PostgreSQL, where the order is read under ``SKIP LOCKED``
-        inside the transaction) lets a dispatcher reuse one ranking of a large backlog over several
-        rounds (:class:`RankCache`).
+        The candidates are a bounded batch read inside the transaction (:mod:`fireledger.store.claim_sql`, decision
+        0130): what a claim reads does not grow with the backlog, on either engine.
         """
         ...
 
