@@ -149,7 +149,10 @@ QUERIES: dict[str, str] = {
         "next_attempt_us = :next_attempt_us, "
         "finished_us = :finished_us, lease_owner = NULL "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
-        "AND seq = :seq AND state = 'dispatching' AND lease_owner = :owner AND attempts = :attempt"
+        # Matched by primary key only: ``state || ''`` keeps the partial index fires_undelivered
+        # (state IN pending/dispatching) out of a generic plan, which could otherwise walk every fire
+        # of the instant per settlement (decision 0130: the same guard as dp_lease).
+        "AND seq = :seq AND state || '' = 'dispatching' AND lease_owner = :owner AND attempts = :attempt"
     ),
     "set_lease": (
         "UPDATE fires SET next_attempt_us = :until_us WHERE tenant_id = :tenant_id "
