@@ -68,8 +68,8 @@ class BulkRedrive(_Body):
     from_: str | None = Field(None, alias="from", description="Scheduled at or after this instant (RFC 3339).")
     to: str | None = Field(None, description="Scheduled before this instant (RFC 3339).")
     cause: str | None = Field(None, min_length=1, max_length=200, description="Cause contains this text.")
-    dry_run: bool = Field(False, description="Count what would be redriven; change nothing.")
-    limit: int = Field(BULK_MAX, ge=1, le=BULK_MAX, description="Redrive at most this many, oldest first.")
+    dry_run: bool = Field(False, strict=True, description="Count what would be redriven; change nothing.")
+    limit: int = Field(BULK_MAX, ge=1, le=BULK_MAX, strict=True, description="Redrive at most this many, oldest first.")
 
 
 class BulkRedriveResult(BaseModel):
