@@ -47,7 +47,7 @@ from .http import HttpRequest, HttpResult, HttpSender
 from .internal import PREFIX as INTERNAL_PREFIX
 from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error
+from .settling import _Shaper, age_origin_us, decode_payload, dispatch_body, settle, settle_on_error
 
 __all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
@@ -146,8 +146,8 @@ class Dispatcher:
             return None
         if nxt is None:
             return None
-        if f.lane != Lane.ON_TIME.value:
-            nxt = (f.dispatched_us if f.dispatched_us is not None else now_us) + (nxt - f.scheduled_us)
+        if f.redriven_us is not None or f.lane != Lane.ON_TIME.value:   # redriven: from the redrive (0148)
+            nxt = age_origin_us(f) + (nxt - f.scheduled_us)
         return max(0.0, (nxt - now_us) / 1e6)
 
     def wake(self) -> None:

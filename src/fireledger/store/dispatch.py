@@ -48,14 +48,16 @@ from . import rows as rec
 from .core import AppendAudit, expect_one
 from .dispatching import _ids
 from .engine import Engine, StoreError
-from .queues import DispatchQueues, OutcomeRejected
+from .queues import OutcomeRejected
+from .redrive import DispatchRedrive
 
 log = logging.getLogger("fireledger.store")
 
 
-class SqlDispatch(DispatchQueues):
+class SqlDispatch(DispatchRedrive):
     """The dispatch plane's store (module docstring): claims and settlement here, queues, outcomes
-    and quotas in :class:`~fireledger.store.queues.DispatchQueues`."""
+    and quotas in :class:`~fireledger.store.queues.DispatchQueues`, dead letters and redrive in
+    :class:`~fireledger.store.redrive.DispatchRedrive`."""
 
     def __init__(self, engine: Engine, append_audit: AppendAudit) -> None:
         super().__init__(engine, append_audit)
@@ -202,7 +204,7 @@ class SqlDispatch(DispatchQueues):
                 # A lapsed lease: its attempt recorded no result. The request may have reached the
                 # target, so that attempt is ``unknown`` (invariant 9).
                 lapsed.append({**rec.key_params(f), "attempt": f.attempts, "now_us": now_us})
-            if f.attempts >= v.policies.max_attempts:
+            if f.attempts - f.attempt_base >= v.policies.max_attempts:   # counted from a redrive (0148)
                 # The attempt limit holds at claim time too: a fire whose last attempt's lease lapsed
                 # (or that is somehow due with no attempt left) is settled, never leased again.
                 self._settle_exhausted(c, f, v.policies.max_attempts, now_us)
@@ -238,7 +240,7 @@ class SqlDispatch(DispatchQueues):
                      "lapsed (the dispatch process stopped or lost the store) and no attempts are left")
         else:
             state = "failed"
-            cause = f"failed: no attempts left ({f.attempts} of {max_attempts} made)"
+            cause = f"failed: no attempts left ({f.attempts - f.attempt_base} of {max_attempts} made)"
         c.execute(self.q["dp_exhausted"], {**rec.key_params(f), "state": state, "cause": cause, "now_us": now_us,
                                            "attempts": f.attempts})
 
