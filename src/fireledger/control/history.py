@@ -162,22 +162,35 @@ def history_item(f: Fire) -> dict[str, Any]:
     return fire_view(f)
 
 
+def _trigger_position(cursor: str | None, tenant_form: bool) -> tuple[int, int] | None:
+    """Where one trigger's fires continue: its own list takes ``f.`` cursors; the tenant list filtered
+    by ``trigger_id`` takes its ``g.`` cursors (and the base64url ``f:`` ones it issued before 0141)."""
+    if not tenant_form or cursor is None:
+        return parse_fire_cursor(cursor)
+    if _NEW_TENANT_CURSOR.match(cursor):
+        us, _, seq = cursor[2:].split(".")
+        return int(us), int(seq)
+    return parse_fire_cursor(cursor, legacy_only=True)
+
+
 def fires_page(ctx: ApiContext, tenant_id: str, *, trigger_id: str | None, limit: int, cursor: str | None,
-               from_: str | None, to: str | None, state: str | None, order: str) -> dict[str, Any]:
-    """A page of history for the tenant (or one of its triggers, already looked up by the caller)."""
+               from_: str | None, to: str | None, state: str | None, order: str,
+               tenant_form: bool = False) -> dict[str, Any]:
+    """A page of history for the tenant (or one of its triggers, already looked up by the caller).
+    ``tenant_form``: the page is the tenant list's (``g.`` cursors, also when filtered by trigger)."""
     errors: list[tuple[str, str]] = []
     lo, hi = parse_window(from_, to, errors)
     states = parse_states(state, errors)
     if errors:
         raise invalid(errors)
     after: tuple[Any, ...] | None
-    after = parse_fire_cursor(cursor) if trigger_id is not None else parse_tenant_cursor(cursor)
+    after = _trigger_position(cursor, tenant_form) if trigger_id is not None else parse_tenant_cursor(cursor)
     rows = ctx.store.history.history_fires(tenant_id, trigger_id=trigger_id, from_us=lo, to_us=hi, states=states,
                                    after=after, limit=limit + 1, descending=order == "desc")
     page = rows[:limit]
     nxt = None
     if len(rows) > limit:
-        nxt = fire_cursor(page[-1]) if trigger_id is not None else tenant_cursor(page[-1])
+        nxt = fire_cursor(page[-1]) if trigger_id is not None and not tenant_form else tenant_cursor(page[-1])
     return {"items": [history_item(f) for f in page], "next": nxt}
 
 
@@ -243,7 +256,7 @@ def tenant_fires(trigger_id: str | None = Query(None, max_length=100),
     if trigger_id is not None and ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:
         raise not_found("trigger")
     return fires_page(ctx, principal.tenant_id, trigger_id=trigger_id, limit=limit, cursor=cursor,
-                      from_=from_, to=to, state=state, order=order)
+                      from_=from_, to=to, state=state, order=order, tenant_form=True)
 
 
 @router.get("/triggers/{trigger_id}/lateness", response_model=Lateness, responses={404: {"model": Problem}},

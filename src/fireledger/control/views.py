@@ -120,11 +120,12 @@ def fire_cursor(f: Fire) -> str:
     return f"f.{f.scheduled_us}.{f.seq}"
 
 
-def parse_fire_cursor(cursor: str | None) -> tuple[int, int] | None:
-    """``(scheduled_us, seq)`` one trigger's fire list continues after (None: the first page)."""
+def parse_fire_cursor(cursor: str | None, *, legacy_only: bool = False) -> tuple[int, int] | None:
+    """``(scheduled_us, seq)`` one trigger's fire list continues after (None: the first page);
+    ``legacy_only``: only the earlier base64url form (a list that now issues another form)."""
     if cursor is None:
         return None
-    if _NEW_FIRE.match(cursor):
+    if not legacy_only and _NEW_FIRE.match(cursor):
         us, seq = cursor[2:].split(".")
         return int(us), int(seq)
     text = _dec(cursor)
