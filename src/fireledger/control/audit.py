@@ -28,7 +28,7 @@ from fireledger.recurrence import format_instant
 from .auth import Forbidden, require
 from .context import ApiContext, get_ctx
 from .denials import DenialLedger
-from .formats import SEQ_CURSOR_PATTERN, cursor_query
+from .formats import SeqCursor, cursor_query
 from .problems import invalid
 from .schemas import Problem
 from .views import id_cursor, parse_id_cursor
@@ -55,7 +55,7 @@ class AuditPage(BaseModel):
 
 
 @router.get("", response_model=AuditPage, summary="The tenant's audit rows, oldest first (paged)")
-def list_audit(limit: int = Query(100, ge=1, le=1000), cursor: str | None = cursor_query(SEQ_CURSOR_PATTERN),
+def list_audit(limit: int = Query(100, ge=1, le=1000), cursor: SeqCursor | None = cursor_query(),
                principal: Principal = Depends(require("admin")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after_text = parse_id_cursor(cursor)

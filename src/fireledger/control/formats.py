@@ -16,7 +16,7 @@ keywords and descriptions): a duration's range, an instant whose UTC value leave
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Query
 from pydantic import Field
@@ -100,28 +100,38 @@ PATTERN_PROBLEMS: dict[str, str] = {
 # --- declarations (query parameters and body fields) --------------------------------------------
 
 
+#: An RFC 3339 query parameter's text (``from`` / ``to``), pattern enforced; ``format`` and ``pattern``
+#: sit in the string branch of an optional parameter, where clients and schemathesis look for them.
+InstantText = Annotated[str, Field(max_length=64, pattern=INSTANT_PATTERN, json_schema_extra={"format": "date-time"})]
+#: ``?state=``: one or more fire states, comma-separated (pattern enforced).
+StateList = Annotated[str, Field(max_length=200, pattern=STATE_LIST_PATTERN)]
+# ``?cursor=``, declared with the form each list issues. Not enforced by pydantic: a legacy cursor is
+# still honoured (the handler refuses anything else, naming ``cursor``).
+IdCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": ID_CURSOR_PATTERN})]
+SeqCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": SEQ_CURSOR_PATTERN})]
+FireCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": FIRE_CURSOR_PATTERN})]
+TenantCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": TENANT_CURSOR_PATTERN})]
+
+
 def instant_query(description: str, *, alias: str | None = None) -> Any:
-    """An optional RFC 3339 query parameter (``from`` / ``to``), pattern enforced."""
-    return Query(None, alias=alias, max_length=64, pattern=INSTANT_PATTERN, description=description,
-                 json_schema_extra={"format": "date-time"})
+    """The ``Query`` of an optional :data:`InstantText` parameter."""
+    return Query(None, alias=alias, description=description)
+
+
+def cursor_query() -> Any:
+    """The ``Query`` of an optional cursor parameter (typed :data:`IdCursor` … :data:`TenantCursor`)."""
+    return Query(None, description=CURSOR_DOC)
+
+
+def state_query() -> Any:
+    """The ``Query`` of an optional :data:`StateList` parameter."""
+    return Query(None, description="One fire state or several, comma-separated (no blanks).")
 
 
 def instant_field(description: str, *, alias: str | None = None, example: str) -> Any:
     """A required RFC 3339 body field, pattern enforced."""
     return Field(alias=alias, max_length=64, pattern=INSTANT_PATTERN, description=description,
                  examples=[example], json_schema_extra={"format": "date-time"})
-
-
-def cursor_query(pattern: str) -> Any:
-    """``?cursor=``: declared with the form this list issues. Not enforced by pydantic: a legacy
-    cursor is still honoured (the handler refuses anything else, naming ``cursor``)."""
-    return Query(None, max_length=300, description=CURSOR_DOC, json_schema_extra={"pattern": pattern})
-
-
-def state_query() -> Any:
-    """``?state=``: one or more fire states, comma-separated (pattern enforced)."""
-    return Query(None, max_length=200, pattern=STATE_LIST_PATTERN,
-                 description="One fire state or several, comma-separated (no blanks).")
 
 
 def duration_field(default: str | None, description: str, minimum: timedelta, maximum: timedelta, *,
@@ -176,6 +186,7 @@ __all__ = [
     "CURSOR_DOC", "CURSOR_HINT", "DURATION_HINT", "DURATION_PATTERN", "FIRE_CURSOR_PATTERN", "FIRE_KEY_HINT",
     "FIRE_KEY_PATTERN", "ID_CURSOR_PATTERN", "INSTANT_HINT", "INSTANT_PATTERN", "PATTERN_PROBLEMS",
     "SEQ_CURSOR_PATTERN", "STATE_LIST_HINT", "STATE_LIST_PATTERN", "TARGET_KINDS", "TENANT_CURSOR_PATTERN",
+    "FireCursor", "IdCursor", "InstantText", "SeqCursor", "StateList", "TenantCursor",
     "cursor_query", "duration_field", "duration_schema", "instant_field", "instant_query", "schedule_schema",
     "state_query", "target_create_schema",
 ]

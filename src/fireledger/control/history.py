@@ -41,6 +41,9 @@ from .formats import (
     INSTANT_HINT,
     INSTANT_PATTERN,
     TENANT_CURSOR_PATTERN,
+    InstantText,
+    StateList,
+    TenantCursor,
     cursor_query,
     instant_query,
     state_query,
@@ -245,12 +248,12 @@ def trigger_lateness(ctx: ApiContext, tenant_id: str, trigger_id: str, from_: st
 
 @router.get("/fires", response_model=HistoryPage, summary="The tenant's fires across triggers (never payloads)")
 def tenant_fires(trigger_id: str | None = Query(None, max_length=100),
-                 from_: str | None = instant_query("RFC 3339; scheduled instant ≥ from", alias="from"),
-                 to: str | None = instant_query("RFC 3339; scheduled instant < to (later than from)"),
-                 state: str | None = state_query(),
+                 from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from", alias="from"),
+                 to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (later than from)"),
+                 state: StateList | None = state_query(),
                  order: Literal["asc", "desc"] = Query("asc"),
                  limit: int = Query(100, ge=1, le=1000),
-                 cursor: str | None = cursor_query(TENANT_CURSOR_PATTERN),
+                 cursor: TenantCursor | None = cursor_query(),
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     if trigger_id is not None and ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:
@@ -262,9 +265,9 @@ def tenant_fires(trigger_id: str | None = Query(None, max_length=100),
 @router.get("/triggers/{trigger_id}/lateness", response_model=Lateness, responses={404: {"model": Problem}},
             summary="Lateness distribution of a trigger over a window (default: the last 24 h)")
 def lateness(trigger_id: str,
-             from_: str | None = instant_query("RFC 3339; scheduled instant ≥ from (default: to − 24 h)",
+             from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from (default: to − 24 h)",
                                                alias="from"),
-             to: str | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from)"),
+             to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from)"),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     if ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:

@@ -19,7 +19,7 @@ from fireledger.security.limits import MAX_NAME_CHARS, max_principals_per_tenant
 
 from .auth import require
 from .context import ApiContext, get_ctx
-from .formats import ID_CURSOR_PATTERN, cursor_query
+from .formats import IdCursor, cursor_query
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import Problem
 from .tenants import ALL_ROLES, hash_token, new_token
@@ -90,7 +90,7 @@ def create_principal(body: PrincipalCreate, response: Response, principal: Princ
 
 
 @router.get("", response_model=PrincipalPage, summary="List the tenant's principals (revoked ones too)")
-def list_principals(limit: int = Query(100, ge=1, le=1000), cursor: str | None = cursor_query(ID_CURSOR_PATTERN),
+def list_principals(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None = cursor_query(),
                     principal: Principal = Depends(require("admin")),
                     ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)

@@ -17,7 +17,7 @@ from fireledger.observe.smearing import smearing_report
 
 from .auth import require
 from .context import ApiContext, get_ctx
-from .formats import instant_query
+from .formats import InstantText, instant_query
 from .history import parse_window
 from .problems import invalid
 from .schemas import Problem
@@ -54,9 +54,9 @@ class SmearingView(BaseModel):
 
 @router.get("/smearing", response_model=SmearingView, response_model_by_alias=True,
             summary="Avoided-peak report of jitter smearing over a window (default: the last hour)")
-def smearing(from_: str | None = instant_query("RFC 3339; scheduled instant ≥ from, not before 1970 "
+def smearing(from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from, not before 1970 "
                                                "(default: to − 1 h)", alias="from"),
-             to: str | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from, "
+             to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from, "
                                             "at most 7 days after it)"),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from fireledger.security.targets import (
 
 from .auth import require
 from .context import ApiContext, get_ctx
-from .formats import ID_CURSOR_PATTERN, TARGET_KINDS, cursor_query
+from .formats import TARGET_KINDS, IdCursor, cursor_query
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import Problem, TargetCreate
 from .urls import check_target_url
@@ -160,7 +160,7 @@ def create_target(body: TargetCreate, response: Response, principal: Principal =
 
 
 @router.get("", response_model=TargetPageOut, summary="List targets (oldest id first, paged)")
-def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: str | None = cursor_query(ID_CURSOR_PATTERN),
+def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None = cursor_query(),
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)

@@ -31,7 +31,15 @@ from fireledger.registry.checks import MAX_PAYLOAD_BYTES, POLICY_FIELDS, schedul
 from . import history
 from .auth import check_role, require
 from .context import ApiContext, get_ctx
-from .formats import FIRE_CURSOR_PATTERN, ID_CURSOR_PATTERN, cursor_query, instant_query, state_query
+from .formats import (
+    FireCursor,
+    IdCursor,
+    InstantText,
+    StateList,
+    cursor_query,
+    instant_query,
+    state_query,
+)
 from .problems import ProblemError, invalid, not_found
 from .schemas import (
     Preview,
@@ -94,7 +102,7 @@ def create_trigger(body: TriggerCreate, response: Response, principal: Principal
 
 
 @router.get("", response_model=TriggerPage, summary="List triggers (by id, paged)")
-def list_triggers(limit: int = Query(100, ge=1, le=1000), cursor: str | None = cursor_query(ID_CURSOR_PATTERN),
+def list_triggers(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None = cursor_query(),
                   principal: Principal = Depends(require("reader")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)
@@ -198,10 +206,10 @@ def preview_items(rec: Recurrence, after_us: int, count: int) -> list[dict[str, 
 @router.get("/{trigger_id}/fires", response_model=history.HistoryPage, responses={404: {"model": Problem}},
             summary="Fires of a trigger, oldest first by default (never their payloads)")
 def list_fires(trigger_id: str, limit: int = Query(100, ge=1, le=1000),
-               cursor: str | None = cursor_query(FIRE_CURSOR_PATTERN),
-               from_: str | None = instant_query("RFC 3339; scheduled instant ≥ from", alias="from"),
-               to: str | None = instant_query("RFC 3339; scheduled instant < to (later than from)"),
-               state: str | None = state_query(),
+               cursor: FireCursor | None = cursor_query(),
+               from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from", alias="from"),
+               to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (later than from)"),
+               state: StateList | None = state_query(),
                order: Literal["asc", "desc"] = Query("asc"),
                principal: Principal = Depends(require("reader")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
