@@ -68,9 +68,9 @@ def duration_schema(minimum: timedelta, maximum: timedelta, *, whole_seconds: bo
 # --- history filters ----------------------------------------------------------------------------
 
 _STATE = "(" + "|".join(ALL_STATES) + ")"
-#: ``delivered`` or ``expired,skipped``: one or more fire states, comma-separated, no blanks.
-STATE_LIST_PATTERN = f"^{_STATE}(,{_STATE})*$"
-STATE_LIST_HINT = f"must be one or more of {', '.join(ALL_STATES)} (comma-separated)"
+#: ``delivered`` or ``expired,skipped``: one to eight fire states, comma-separated, no blanks.
+STATE_LIST_PATTERN = f"^{_STATE}(,{_STATE}){{0,7}}$"
+STATE_LIST_HINT = f"must be one to eight of {', '.join(ALL_STATES)} (comma-separated)"
 
 # --- cursors ------------------------------------------------------------------------------------
 # What the server issues as ``next`` (readable, but pass it back unchanged: the form may change).
@@ -102,15 +102,16 @@ PATTERN_PROBLEMS: dict[str, str] = {
 
 #: An RFC 3339 query parameter's text (``from`` / ``to``), pattern enforced; ``format`` and ``pattern``
 #: sit in the string branch of an optional parameter, where clients and schemathesis look for them.
-InstantText = Annotated[str, Field(max_length=64, pattern=INSTANT_PATTERN, json_schema_extra={"format": "date-time"})]
+InstantText = Annotated[str, Field(pattern=INSTANT_PATTERN, json_schema_extra={"format": "date-time"})]
 #: ``?state=``: one or more fire states, comma-separated (pattern enforced).
-StateList = Annotated[str, Field(max_length=200, pattern=STATE_LIST_PATTERN)]
-# ``?cursor=``, declared with the form each list issues. Not enforced by pydantic: a legacy cursor is
-# still honoured (the handler refuses anything else, naming ``cursor``).
-IdCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": ID_CURSOR_PATTERN})]
-SeqCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": SEQ_CURSOR_PATTERN})]
-FireCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": FIRE_CURSOR_PATTERN})]
-TenantCursor = Annotated[str, Field(max_length=300, json_schema_extra={"pattern": TENANT_CURSOR_PATTERN})]
+StateList = Annotated[str, Field(pattern=STATE_LIST_PATTERN)]
+# ``?cursor=``, declared with the form each list issues (each pattern bounds its length). Not enforced
+# by pydantic: a legacy cursor is still honoured (the handler refuses anything else, naming ``cursor``,
+# and a legacy one over 300 characters).
+IdCursor = Annotated[str, Field(json_schema_extra={"pattern": ID_CURSOR_PATTERN})]
+SeqCursor = Annotated[str, Field(json_schema_extra={"pattern": SEQ_CURSOR_PATTERN})]
+FireCursor = Annotated[str, Field(json_schema_extra={"pattern": FIRE_CURSOR_PATTERN})]
+TenantCursor = Annotated[str, Field(json_schema_extra={"pattern": TENANT_CURSOR_PATTERN})]
 
 
 def instant_query(description: str, *, alias: str | None = None) -> Any:
@@ -130,7 +131,7 @@ def state_query() -> Any:
 
 def instant_field(description: str, *, alias: str | None = None, example: str) -> Any:
     """A required RFC 3339 body field, pattern enforced."""
-    return Field(alias=alias, max_length=64, pattern=INSTANT_PATTERN, description=description,
+    return Field(alias=alias, pattern=INSTANT_PATTERN, description=description,
                  examples=[example], json_schema_extra={"format": "date-time"})
 
 
