@@ -28,6 +28,7 @@ from fireledger.recurrence import format_instant
 from .auth import Forbidden, require
 from .context import ApiContext, get_ctx
 from .denials import DenialLedger
+from .formats import SeqCursor, cursor_query
 from .problems import invalid
 from .schemas import Problem
 from .views import id_cursor, parse_id_cursor
@@ -54,11 +55,11 @@ class AuditPage(BaseModel):
 
 
 @router.get("", response_model=AuditPage, summary="The tenant's audit rows, oldest first (paged)")
-def list_audit(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Query(None, max_length=300),
+def list_audit(limit: int = Query(100, ge=1, le=1000), cursor: SeqCursor | None = cursor_query(),
                principal: Principal = Depends(require("admin")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after_text = parse_id_cursor(cursor)
-    if after_text and not after_text.isdigit():
+    if after_text and (not after_text.isdigit() or len(after_text) > 18):
         raise invalid([("cursor", "is not a cursor returned by this list (pass `next` back unchanged)")])
     after = int(after_text) if after_text else 0
     rows = ctx.store.trust.audit_rows(after, limit + 1, principal.tenant_id)

@@ -25,6 +25,7 @@ from fireledger.registry import Registry
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import instant_field
 from .problems import invalid
 from .schemas import Problem
 
@@ -33,16 +34,14 @@ log = logging.getLogger("fireledger.control")
 router = APIRouter(prefix="/v1/triggers", tags=["privileged"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
 
-_INSTANT_HINT = "must be an RFC 3339 instant with an offset, e.g. 2026-03-29T01:30:00Z"
-
 
 class BackfillRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=False)
 
-    from_: str = Field(alias="from", max_length=64, description="RFC 3339: the window's start (included).",
-                       examples=["2026-03-01T00:00:00Z"])
-    to: str = Field(max_length=64, description="RFC 3339: the window's end (excluded); not after now.",
-                    examples=["2026-03-02T00:00:00Z"])
+    from_: str = instant_field("RFC 3339: the window's start (included).", alias="from",
+                               example="2026-03-01T00:00:00Z")
+    to: str = instant_field("RFC 3339: the window's end (excluded); later than from, not after now.",
+                            example="2026-03-02T00:00:00Z")
     dry_run: StrictBool = Field(False, description="List what would be created; store nothing.")
     skip_delivered: StrictBool = Field(False, description="Leave out instants that already hold a delivered "
                                                           "fire (of any kind).")
@@ -77,8 +76,8 @@ class BackfillView(BaseModel):
 def _instant(text: str, field: str, errors: list[tuple[str, str]]) -> int | None:
     try:
         return to_us(parse_instant(text, field))
-    except (RecurrenceError, OverflowError, ValueError):
-        errors.append((field, _INSTANT_HINT))
+    except (RecurrenceError, OverflowError, ValueError):   # the pattern passed: UTC left the calendar
+        errors.append((field, "must be an instant within the years 0001-9999 in UTC"))
         return None
 
 

@@ -15,8 +15,6 @@ audit row (actor, the fire's prior state, cause and attempts) in the transaction
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Any
 
@@ -30,6 +28,7 @@ from fireledger.retention import retention_days
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import CURSOR_HINT, TENANT_CURSOR_PATTERN, InstantText, JsonInt, TenantCursor, cursor_query, instant_query
 from .history import HistoryFire, history_item, parse_window
 from .problems import ProblemError, invalid, not_found
 from .schemas import Problem, _Body
@@ -40,8 +39,6 @@ router = APIRouter(prefix="/v1", tags=["dead letters"], responses={401: {"model"
 _DAY_US = 86_400 * 1_000_000
 #: The most fires one bulk redrive acts on.
 BULK_MAX = 1000
-_CURSOR = re.compile(r"^d:(-?\d{1,19}):([A-Za-z0-9_-]{1,100}):(\d{1,9})$")
-_BAD_CURSOR = "is not a cursor returned by this list (pass `next` back unchanged)"
 
 
 class DeadLetter(BaseModel):
@@ -65,11 +62,11 @@ class DeadLetterPage(BaseModel):
 
 class BulkRedrive(_Body):
     trigger_id: str | None = Field(None, max_length=100, description="Only this trigger's dead letters.")
-    from_: str | None = Field(None, alias="from", description="Scheduled at or after this instant (RFC 3339).")
-    to: str | None = Field(None, description="Scheduled before this instant (RFC 3339).")
+    from_: InstantText | None = Field(None, alias="from", description="Scheduled at or after this instant (RFC 3339).")
+    to: InstantText | None = Field(None, description="Scheduled before this instant (RFC 3339).")
     cause: str | None = Field(None, min_length=1, max_length=200, description="Cause contains this text.")
     dry_run: bool = Field(False, strict=True, description="Count what would be redriven; change nothing.")
-    limit: int = Field(BULK_MAX, ge=1, le=BULK_MAX, strict=True, description="Redrive at most this many, oldest first.")
+    limit: JsonInt = Field(BULK_MAX, ge=1, le=BULK_MAX, description="Redrive at most this many, oldest first.")
 
 
 class BulkRedriveResult(BaseModel):
@@ -80,20 +77,17 @@ class BulkRedriveResult(BaseModel):
 
 
 def _cursor(f: Fire) -> str:
-    return base64.urlsafe_b64encode(f"d:{f.scheduled_us}:{f.trigger_id}:{f.seq}".encode()).decode().rstrip("=")
+    """``g.<scheduled µs>.<trigger id>.<seq>``: the order of the list (the tenant fire list's form, 0142)."""
+    return f"g.{f.scheduled_us}.{f.trigger_id}.{f.seq}"
 
 
 def _parse_cursor(text: str | None) -> tuple[int, str, int] | None:
     if text is None:
         return None
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise invalid([("cursor", _BAD_CURSOR)]) from None
-    m = _CURSOR.match(raw) if re.fullmatch(r"[A-Za-z0-9_-]+", text) else None
-    if not m:
-        raise invalid([("cursor", _BAD_CURSOR)])
-    return int(m.group(1)), m.group(2), int(m.group(3))
+    if not re.fullmatch(TENANT_CURSOR_PATTERN.strip("^$"), text):
+        raise invalid([("cursor", CURSOR_HINT)])
+    us, trigger_id, seq = text[2:].split(".")
+    return int(us), trigger_id, int(seq)
 
 
 def _item(f: Fire) -> dict[str, Any]:
@@ -119,11 +113,11 @@ def _retention_floor(ctx: ApiContext, now_us: int) -> int:
 @router.get("/dead-letters", response_model=DeadLetterPage,
             summary="Fires that ended failed or unknown (dead letters), oldest scheduled instant first")
 def list_dead_letters(trigger_id: str | None = Query(None, max_length=100),
-                      from_: str | None = Query(None, alias="from", description="RFC 3339; scheduled at or after."),
-                      to: str | None = Query(None, description="RFC 3339; scheduled before."),
+                      from_: InstantText | None = instant_query("RFC 3339; scheduled at or after.", alias="from"),
+                      to: InstantText | None = instant_query("RFC 3339; scheduled before."),
                       cause: str | None = Query(None, min_length=1, max_length=200,
                                                 description="Only dead letters whose cause contains this text."),
-                      limit: int = Query(100, ge=1, le=1000), cursor: str | None = Query(None, max_length=300),
+                      limit: int = Query(100, ge=1, le=1000), cursor: TenantCursor | None = cursor_query(),
                       principal: Principal = Depends(require("reader")),
                       ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = _parse_cursor(cursor)

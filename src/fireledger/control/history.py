@@ -36,9 +36,21 @@ from fireledger.recurrence import RecurrenceError, format_instant, load_zone, pa
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import (
+    CURSOR_HINT,
+    INSTANT_HINT,
+    INSTANT_PATTERN,
+    TENANT_CURSOR_PATTERN,
+    InstantText,
+    StateList,
+    TenantCursor,
+    cursor_query,
+    instant_query,
+    state_query,
+)
 from .problems import invalid, not_found
 from .schemas import AttemptView, FireView, Problem
-from .views import _dec, _enc, fire_cursor, fire_view, parse_fire_cursor
+from .views import _dec, fire_cursor, fire_view, parse_fire_cursor
 
 router = APIRouter(prefix="/v1", tags=["history"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
@@ -46,7 +58,8 @@ router = APIRouter(prefix="/v1", tags=["history"],
 DAY_US = 86_400 * 1_000_000
 #: Lateness summaries read at most this many fires (the most recent ones in the window).
 LATENESS_CAP = 200_000
-_INSTANT_HINT = "must be an RFC 3339 instant with an offset, e.g. 2026-03-29T01:30:00Z"
+_INSTANT_HINT = INSTANT_HINT
+_INSTANT = re.compile(INSTANT_PATTERN)
 
 
 # --- response shapes ----------------------------------------------------------------------------
@@ -101,8 +114,9 @@ def parse_window(from_: str | None, to: str | None, errors: list[tuple[str, str]
             continue
         try:
             out.append(to_us(parse_instant(text, field)))
-        except RecurrenceError:
-            errors.append((field, _INSTANT_HINT))
+        except RecurrenceError:   # a form the pattern admits can still leave the calendar in UTC
+            errors.append((field, "must be an instant within the years 0001-9999 in UTC" if _INSTANT.match(text)
+                           else _INSTANT_HINT))
             out.append(None)
     lo, hi = out
     if lo is not None and hi is not None and hi <= lo:
@@ -122,19 +136,24 @@ def parse_states(text: str | None, errors: list[tuple[str, str]]) -> list[str] |
     return chosen
 
 
-_TENANT_CURSOR = re.compile(r"^g:(-?\d{1,19}):([A-Za-z0-9_-]{1,64}):(\d{1,9})$")
+_TENANT_CURSOR = re.compile(r"^g:(-?\d{1,18}):([A-Za-z0-9_-]{1,64}):(\d{1,9})$", re.ASCII)   # legacy form
+_NEW_TENANT_CURSOR = re.compile(TENANT_CURSOR_PATTERN)
 
 
 def tenant_cursor(f: Fire) -> str:
-    return _enc(f"g:{f.scheduled_us}:{f.trigger_id}:{f.seq}")
+    return f"g.{f.scheduled_us}.{f.trigger_id}.{f.seq}"
 
 
 def parse_tenant_cursor(cursor: str | None) -> tuple[int, str, int] | None:
+    """``(scheduled_us, trigger_id, seq)`` the tenant's fire list continues after (None: first page)."""
     if cursor is None:
         return None
+    if _NEW_TENANT_CURSOR.match(cursor):
+        us, trigger_id, seq = cursor[2:].split(".")
+        return int(us), trigger_id, int(seq)
     m = _TENANT_CURSOR.match(_dec(cursor))
     if not m:
-        raise invalid([("cursor", "is not a cursor returned by this list (pass `next` back unchanged)")])
+        raise invalid([("cursor", CURSOR_HINT)])
     return int(m.group(1)), m.group(2), int(m.group(3))
 
 
@@ -146,22 +165,35 @@ def history_item(f: Fire) -> dict[str, Any]:
     return fire_view(f)
 
 
+def _trigger_position(cursor: str | None, tenant_form: bool) -> tuple[int, int] | None:
+    """Where one trigger's fires continue: its own list takes ``f.`` cursors; the tenant list filtered
+    by ``trigger_id`` takes its ``g.`` cursors (and the base64url ``f:`` ones it issued before 0141)."""
+    if not tenant_form or cursor is None:
+        return parse_fire_cursor(cursor)
+    if _NEW_TENANT_CURSOR.match(cursor):
+        us, _, seq = cursor[2:].split(".")
+        return int(us), int(seq)
+    return parse_fire_cursor(cursor, legacy_only=True)
+
+
 def fires_page(ctx: ApiContext, tenant_id: str, *, trigger_id: str | None, limit: int, cursor: str | None,
-               from_: str | None, to: str | None, state: str | None, order: str) -> dict[str, Any]:
-    """A page of history for the tenant (or one of its triggers, already looked up by the caller)."""
+               from_: str | None, to: str | None, state: str | None, order: str,
+               tenant_form: bool = False) -> dict[str, Any]:
+    """A page of history for the tenant (or one of its triggers, already looked up by the caller).
+    ``tenant_form``: the page is the tenant list's (``g.`` cursors, also when filtered by trigger)."""
     errors: list[tuple[str, str]] = []
     lo, hi = parse_window(from_, to, errors)
     states = parse_states(state, errors)
     if errors:
         raise invalid(errors)
     after: tuple[Any, ...] | None
-    after = parse_fire_cursor(cursor) if trigger_id is not None else parse_tenant_cursor(cursor)
+    after = _trigger_position(cursor, tenant_form) if trigger_id is not None else parse_tenant_cursor(cursor)
     rows = ctx.store.history.history_fires(tenant_id, trigger_id=trigger_id, from_us=lo, to_us=hi, states=states,
                                    after=after, limit=limit + 1, descending=order == "desc")
     page = rows[:limit]
     nxt = None
     if len(rows) > limit:
-        nxt = fire_cursor(page[-1]) if trigger_id is not None else tenant_cursor(page[-1])
+        nxt = fire_cursor(page[-1]) if trigger_id is not None and not tenant_form else tenant_cursor(page[-1])
     return {"items": [history_item(f) for f in page], "next": nxt}
 
 
@@ -216,26 +248,26 @@ def trigger_lateness(ctx: ApiContext, tenant_id: str, trigger_id: str, from_: st
 
 @router.get("/fires", response_model=HistoryPage, summary="The tenant's fires across triggers (never payloads)")
 def tenant_fires(trigger_id: str | None = Query(None, max_length=100),
-                 from_: str | None = Query(None, alias="from", max_length=64,
-                                           description="RFC 3339; scheduled instant ≥ from"),
-                 to: str | None = Query(None, max_length=64, description="RFC 3339; scheduled instant < to"),
-                 state: str | None = Query(None, max_length=200, description="state or comma-separated states"),
+                 from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from", alias="from"),
+                 to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (later than from)"),
+                 state: StateList | None = state_query(),
                  order: Literal["asc", "desc"] = Query("asc"),
                  limit: int = Query(100, ge=1, le=1000),
-                 cursor: str | None = Query(None, max_length=300),
+                 cursor: TenantCursor | None = cursor_query(),
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     if trigger_id is not None and ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:
         raise not_found("trigger")
     return fires_page(ctx, principal.tenant_id, trigger_id=trigger_id, limit=limit, cursor=cursor,
-                      from_=from_, to=to, state=state, order=order)
+                      from_=from_, to=to, state=state, order=order, tenant_form=True)
 
 
 @router.get("/triggers/{trigger_id}/lateness", response_model=Lateness, responses={404: {"model": Problem}},
             summary="Lateness distribution of a trigger over a window (default: the last 24 h)")
 def lateness(trigger_id: str,
-             from_: str | None = Query(None, alias="from", max_length=64),
-             to: str | None = Query(None, max_length=64),
+             from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from (default: to − 24 h)",
+                                               alias="from"),
+             to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from)"),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     if ctx.store.registry.get_trigger(principal.tenant_id, trigger_id) is None:

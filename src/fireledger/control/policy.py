@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from fireledger.domain.model import Principal
 
@@ -19,7 +19,7 @@ from . import triggers
 from .auth import require
 from .context import ApiContext, get_ctx
 from .problems import invalid
-from .schemas import MissedFire, Overlap, Problem, TriggerPatch, TriggerView
+from .schemas import CATCHUP_DOC, OUTCOME_DOC, MissedFire, Overlap, Problem, TriggerPatch, TriggerView, _duration
 
 router = APIRouter(prefix="/v1/triggers", tags=["policy"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
@@ -28,12 +28,12 @@ router = APIRouter(prefix="/v1/triggers", tags=["policy"],
 class PolicyPatch(BaseModel):
     """Any subset of the policy fields; absent fields keep their value. ``null`` is refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
     missed_fire_policy: MissedFire = None  # type: ignore[assignment]
-    catchup_horizon: str = Field(None, description="Duration, at most 24h.")  # type: ignore[assignment]
+    catchup_horizon: str = _duration("catchup_horizon", None, CATCHUP_DOC)
     overlap_policy: Overlap = None  # type: ignore[assignment]
-    outcome_window: str = Field(None, description="Duration, 1s to 7d.")  # type: ignore[assignment]
+    outcome_window: str = _duration("outcome_window", None, OUTCOME_DOC)
 
 
 @router.patch("/{trigger_id}/policy", response_model=TriggerView,

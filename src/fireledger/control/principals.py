@@ -19,6 +19,7 @@ from fireledger.security.limits import MAX_NAME_CHARS, max_principals_per_tenant
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import IdCursor, cursor_query
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import Problem
 from .tenants import ALL_ROLES, hash_token, new_token
@@ -36,7 +37,7 @@ class PrincipalCreate(BaseModel):
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="A label for the holder.")
     roles: list[Role] = Field(min_length=1, max_length=len(ALL_ROLES),
                               description=f"Roles to grant: any of {sorted(ALL_ROLES)}.",
-                              examples=[["author", "reader"]])
+                              examples=[["author", "reader"]], json_schema_extra={"uniqueItems": True})
 
 
 class PrincipalView(BaseModel):
@@ -89,7 +90,7 @@ def create_principal(body: PrincipalCreate, response: Response, principal: Princ
 
 
 @router.get("", response_model=PrincipalPage, summary="List the tenant's principals (revoked ones too)")
-def list_principals(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Query(None, max_length=300),
+def list_principals(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None = cursor_query(),
                     principal: Principal = Depends(require("admin")),
                     ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)

@@ -107,6 +107,10 @@ def _problem_text(err: dict[str, Any]) -> str:
         return "must be a JSON object"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return "must be an integer"
+    if kind == "string_pattern_mismatch":
+        from .formats import PATTERN_PROBLEMS
+
+        return PATTERN_PROBLEMS.get(str(ctx.get("pattern", "")), "is not in the form the schema gives")
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected', 'the documented values')}"
     if kind == "string_too_short":

@@ -21,7 +21,7 @@ queue, or a target that is not a queue, is "no such queue" (404).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +33,7 @@ from fireledger.recurrence import RecurrenceError, format_instant, parse_duratio
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import FIRE_KEY_PATTERN, duration_field
 from .problems import invalid, not_found
 from .schemas import Problem
 from .views import instant
@@ -49,13 +50,15 @@ class PullRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max: int = Field(10, ge=1, le=MAX_PULL, description="Messages to take at most.")
-    visibility_timeout: str = Field("30s", description="How long pulled messages stay hidden: 1s to 12h.")
+    visibility_timeout: str = duration_field("30s", "How long pulled messages stay hidden: 1s to 12h.",
+                                             timedelta(seconds=1), MAX_VISIBILITY, whole_seconds=False)
 
 
 class AckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    fire_keys: list[str] = Field(min_length=1, max_length=MAX_PULL, description="Keys of processed messages.")
+    fire_keys: list[Annotated[str, Field(pattern=FIRE_KEY_PATTERN)]] = Field(
+        min_length=1, max_length=MAX_PULL, description="Keys of processed messages.")
 
 
 class MessageBody(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 from fireledger.domain.model import Principal
@@ -17,6 +17,7 @@ from fireledger.observe.smearing import smearing_report
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import InstantText, instant_query
 from .history import parse_window
 from .problems import invalid
 from .schemas import Problem
@@ -70,10 +71,10 @@ class SmearingView(BaseModel):
 
 @router.get("/smearing", response_model=SmearingView, response_model_by_alias=True,
             summary="Avoided-peak report of jitter smearing over a window (default: the last hour)")
-def smearing(from_: str | None = Query(None, alias="from", max_length=64,
-                                       description="RFC 3339; scheduled instant ≥ from (default: to − 1 h)"),
-             to: str | None = Query(None, max_length=64, description="RFC 3339; scheduled instant < to "
-                                                                     "(default: now)"),
+def smearing(from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from, not before 1970 "
+                                               "(default: to − 1 h)", alias="from"),
+             to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from, "
+                                            "at most 7 days after it)"),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     errors: list[tuple[str, str]] = []

@@ -1,7 +1,8 @@
 """Request and response shapes of the control API (they also document it at ``/openapi.json``).
 
-Request bodies forbid unknown fields. Durations and schedules are taken as strings/objects here and
-checked by the recurrence compiler in the handlers, so every problem names its field.
+Request bodies forbid unknown fields. A duration's form is a pattern declared and enforced here
+(:mod:`.formats`); its bounds are declared (``x-fireledger-duration``) and checked with the schedule by
+the definitions service, so every problem names its field.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fireledger.registry.checks import _DURATIONS
+
+from .formats import TARGET_KINDS, JsonInt, duration_field, schedule_schema, target_create_schema
 
 MissedFire = Literal["fire-all", "fire-once-now", "skip"]
 Overlap = Literal["allow", "skip", "queue"]
@@ -18,19 +23,34 @@ _SCHEDULE_DOC = (
     '{"at": "2027-01-01T00:00:00Z"}, each with optional "not_before"/"not_after" (RFC 3339).'
 )
 _SCHEDULE_EXAMPLE = {"cron": "0 9 * * 1-5", "zone": "Europe/Paris"}
+CATCHUP_DOC = "Duration, 0s to 24h, whole seconds."
+OUTCOME_DOC = "Duration, 1s to 7d, whole seconds."
+JITTER_DOC = ("Smearing window for fires on whole minutes (ADR-10): dispatch up to this long after the instant, "
+              "at a fixed per-trigger offset. \"0s\" opts out. At most 1h, whole seconds.")
+TIMEOUT_DOC = "Attempt timeout, 1s to 15m."
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _duration(field: str, default: str | None, description: str) -> Any:
+    """A definition's duration field with the bounds the definitions service applies."""
+    lo, hi, whole = _DURATIONS[field]
+    return duration_field(default, description, lo, hi, whole_seconds=whole)
+
+
 # --- targets ----------------------------------------------------------------------------------
 
 
 class TargetCreate(_Body):
+    """One of three shapes by ``kind`` (declared as ``oneOf``; the handler names the field)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=target_create_schema())
+
     kind: str = Field(description="'http' (an endpoint), 'queue' (a queue inside fireledger, pulled at "
                                   "/v1/queues/{id}) or 'internal' (a registered Python callable).",
-                      examples=["http"])
+                      examples=["http"], json_schema_extra={"enum": list(TARGET_KINDS)})
     url: str | None = Field(None, description="http: the https:// endpoint that receives signed POSTs.")
     name: str | None = Field(None, max_length=200, description="internal: the registered callable's name.")
 
@@ -65,14 +85,25 @@ class RetryPolicy(_Body):
     the event age, or the trigger's next instant (always: a fire never retries into the next one); the
     fire's cause names the bound. In an amendment, absent fields keep their value."""
 
-    max_attempts: int = Field(8, ge=1, le=185, strict=True,
+    max_attempts: JsonInt = Field(8, ge=1, le=185,
                               description="Attempts in all, the first included (1 to 185).")
-    min_backoff: str = Field("1s", description="First retry delay (doubling each retry, equal jitter), 1s to 1h.")
-    max_backoff: str = Field("5m", description="Cap of the retry delay, 1s to 1h, at least min_backoff.")
-    max_event_age: str | None = Field(
-        None, description="No retry is made later than this after the fire's instant (after its first attempt for "
-                          "caught-up and backfilled fires, after the redrive for a redriven one), 1m to 24h. "
-                          "Null: no age bound.")
+    min_backoff: str = _duration("retry.min_backoff", "1s",
+                                 "First retry delay (doubling each retry, equal jitter), 1s to 1h.")
+    max_backoff: str = _duration("retry.max_backoff", "5m", "Cap of the retry delay, 1s to 1h, at least min_backoff.")
+    max_event_age: str | None = _duration(
+        "retry.max_event_age", None,
+        "No retry is made later than this after the fire's instant (after its first attempt for caught-up and "
+        "backfilled fires, after the redrive for a redriven one), 1m to 24h, whole seconds. Null: no age bound.")
+
+
+class RetryPatch(_Body):
+    """Any subset of :class:`RetryPolicy`'s fields (absent: unchanged)."""
+
+    max_attempts: JsonInt = Field(None, ge=1, le=185,  # type: ignore[assignment]
+                              description="Attempts in all, the first included (1 to 185).")
+    min_backoff: str = _duration("retry.min_backoff", None, "First retry delay, 1s to 1h.")
+    max_backoff: str = _duration("retry.max_backoff", None, "Cap of the retry delay, 1s to 1h.")
+    max_event_age: str | None = _duration("retry.max_event_age", None, "1m to 24h, whole seconds; null: no bound.")
 
 
 class RetryView(BaseModel):
@@ -84,35 +115,37 @@ class RetryView(BaseModel):
 
 class TriggerCreate(_Body):
     name: str = Field(min_length=1, max_length=200)
-    schedule: dict[str, Any] = Field(description=_SCHEDULE_DOC, examples=[_SCHEDULE_EXAMPLE])
+    schedule: dict[str, Any] = Field(description=_SCHEDULE_DOC, examples=[_SCHEDULE_EXAMPLE],
+                                     json_schema_extra=schedule_schema())
     target_id: str = Field(max_length=100)
     payload: dict[str, Any] = Field(default_factory=dict,
                                     description="JSON object sent with every fire (≤ 64 KiB encoded).")
     missed_fire_policy: MissedFire = "fire-once-now"
-    catchup_horizon: str = Field("1h", description="Duration, at most 24h.")
+    catchup_horizon: str = _duration("catchup_horizon", "1h", CATCHUP_DOC)
     overlap_policy: Overlap = "allow"
-    outcome_window: str = Field("1h", description="Duration, 1s to 7d.")
-    jitter: str = Field("10s", description="Smearing window for fires on whole minutes (ADR-10): dispatch "
-                        "up to this long after the instant, at a fixed per-trigger offset. \"0s\" opts out. "
-                        "At most 1h.")
-    timeout: str = Field("30s", description="Attempt timeout, 1s to 15m.")
+    outcome_window: str = _duration("outcome_window", "1h", OUTCOME_DOC)
+    jitter: str = _duration("jitter", "10s", JITTER_DOC)
+    timeout: str = _duration("timeout", "30s", TIMEOUT_DOC)
     retry: RetryPolicy | None = Field(None, description="Retry policy; absent: 8 attempts, 1s doubling to 5m.")
 
 
 class TriggerPatch(_Body):
     """Any subset of the create fields; absent fields keep their value. ``null`` is refused."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+
     name: str = Field(None, min_length=1, max_length=200)  # type: ignore[assignment]
-    schedule: dict[str, Any] = Field(None, description=_SCHEDULE_DOC)  # type: ignore[arg-type]
+    schedule: dict[str, Any] = Field(None, description=_SCHEDULE_DOC,  # type: ignore[arg-type]
+                                     json_schema_extra=schedule_schema())
     target_id: str = Field(None, max_length=100)  # type: ignore[assignment]
     payload: dict[str, Any] = None  # type: ignore[assignment]
     missed_fire_policy: MissedFire = None  # type: ignore[assignment]
-    catchup_horizon: str = None  # type: ignore[assignment]
+    catchup_horizon: str = _duration("catchup_horizon", None, CATCHUP_DOC)
     overlap_policy: Overlap = None  # type: ignore[assignment]
-    outcome_window: str = None  # type: ignore[assignment]
-    jitter: str = None  # type: ignore[assignment]
-    timeout: str = None  # type: ignore[assignment]
-    retry: dict[str, Any] = Field(None, description="Any subset of the retry policy's fields.")  # type: ignore[arg-type]
+    outcome_window: str = _duration("outcome_window", None, OUTCOME_DOC)
+    jitter: str = _duration("jitter", None, JITTER_DOC)
+    timeout: str = _duration("timeout", None, TIMEOUT_DOC)
+    retry: RetryPatch = Field(None, description="Any subset of the retry policy's fields.")  # type: ignore[assignment]
 
 
 class TriggerView(BaseModel):

@@ -41,14 +41,11 @@ from fireledger.security.targets import (
 
 from .auth import require
 from .context import ApiContext, get_ctx
+from .formats import TARGET_KINDS, IdCursor, cursor_query
 from .problems import ProblemError, conflict, invalid, not_found
 from .schemas import Problem, TargetCreate
 from .urls import check_target_url
 from .views import id_cursor, instant, parse_id_cursor
-
-#: ``http`` (a verified endpoint), ``queue`` (a tenant-owned queue, /v1/queues), ``internal`` (a
-#: Python callable registered by name in the dispatching process; stored as ``internal:<name>``).
-TARGET_KINDS = ("http", "queue", "internal")
 
 router = APIRouter(prefix="/v1/targets", tags=["management"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
@@ -163,7 +160,7 @@ def create_target(body: TargetCreate, response: Response, principal: Principal =
 
 
 @router.get("", response_model=TargetPageOut, summary="List targets (oldest id first, paged)")
-def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Query(None, max_length=300),
+def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None = cursor_query(),
                  principal: Principal = Depends(require("reader")),
                  ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)

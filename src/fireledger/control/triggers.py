@@ -20,6 +20,7 @@ import logging
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel
 
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
@@ -31,6 +32,15 @@ from fireledger.registry.checks import MAX_PAYLOAD_BYTES, POLICY_FIELDS, schedul
 from . import history
 from .auth import check_role, require
 from .context import ApiContext, get_ctx
+from .formats import (
+    FireCursor,
+    IdCursor,
+    InstantText,
+    StateList,
+    cursor_query,
+    instant_query,
+    state_query,
+)
 from .problems import ProblemError, invalid, not_found
 from .schemas import (
     Preview,
@@ -93,7 +103,7 @@ def create_trigger(body: TriggerCreate, response: Response, principal: Principal
 
 
 @router.get("", response_model=TriggerPage, summary="List triggers (by id, paged)")
-def list_triggers(limit: int = Query(100, ge=1, le=1000), cursor: str | None = Query(None, max_length=300),
+def list_triggers(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None = cursor_query(),
                   principal: Principal = Depends(require("reader")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     after = parse_id_cursor(cursor)
@@ -120,8 +130,10 @@ def amend_trigger(trigger_id: str, body: TriggerPatch, principal: Principal = De
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     fields = set(body.model_fields_set)
     _check_policy_role(principal, fields)
-    done = _registry(ctx).amend(principal.tenant_id, principal.id, trigger_id,
-                                {f: getattr(body, f) for f in fields}, now_us=ctx.now_us())
+    values = {f: getattr(body, f) for f in fields}
+    if isinstance(values.get("retry"), BaseModel):   # only the retry fields sent (absent: unchanged)
+        values["retry"] = values["retry"].model_dump(exclude_unset=True)
+    done = _registry(ctx).amend(principal.tenant_id, principal.id, trigger_id, values, now_us=ctx.now_us())
     return trigger_view(done.trigger, done.version)
 
 
@@ -197,11 +209,10 @@ def preview_items(rec: Recurrence, after_us: int, count: int) -> list[dict[str, 
 @router.get("/{trigger_id}/fires", response_model=history.HistoryPage, responses={404: {"model": Problem}},
             summary="Fires of a trigger, oldest first by default (never their payloads)")
 def list_fires(trigger_id: str, limit: int = Query(100, ge=1, le=1000),
-               cursor: str | None = Query(None, max_length=300),
-               from_: str | None = Query(None, alias="from", max_length=64,
-                                         description="RFC 3339; scheduled instant ≥ from"),
-               to: str | None = Query(None, max_length=64, description="RFC 3339; scheduled instant < to"),
-               state: str | None = Query(None, max_length=200, description="state or comma-separated states"),
+               cursor: FireCursor | None = cursor_query(),
+               from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from", alias="from"),
+               to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (later than from)"),
+               state: StateList | None = state_query(),
                order: Literal["asc", "desc"] = Query("asc"),
                principal: Principal = Depends(require("reader")),
                ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from fireledger.domain.model import Fire, Policies, Target, Trigger, TriggerVers
 from fireledger.observe.records import fire_record, instant
 from fireledger.recurrence import format_duration
 
+from .formats import CURSOR_HINT, FIRE_CURSOR_PATTERN, ID_CURSOR_PATTERN
 from .problems import ProblemError, invalid
 
 
@@ -78,19 +79,27 @@ def fire_view(f: Fire) -> dict[str, Any]:
 
 
 # --- cursors ----------------------------------------------------------------------------------
-# Opaque to clients: urlsafe base64 (no padding) of "i:<id>" (id-ordered lists) or
-# "f:<scheduled_us>:<seq>" (fire history).
+# What a list issues as ``next``: "i.<id>" (id-ordered lists), "f.<scheduled_us>.<seq>" (one
+# trigger's fires), "g.<scheduled_us>.<trigger_id>.<seq>" (the tenant's fires) — the patterns
+# /openapi.json declares (:mod:`.formats`), so every string of that form is a position the list can
+# start after. Clients pass ``next`` back unchanged. Cursors issued before decision 0141 (urlsafe
+# base64, no padding, of "i:<id>" / "f:<us>:<seq>" / "g:<us>:<trigger>:<seq>") are still honoured.
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
-_FIRE = re.compile(r"^(-?\d{1,19}):(\d{1,9})$")
+_NEW_ID = re.compile(ID_CURSOR_PATTERN)
+_NEW_FIRE = re.compile(FIRE_CURSOR_PATTERN)
+_FIRE = re.compile(r"^(-?\d{1,18}):(\d{1,9})$", re.ASCII)
+_BAD_CURSOR = ("cursor", CURSOR_HINT)
 
 
 def _enc(text: str) -> str:
+    """The earlier (base64url) cursor form; kept for tests of the legacy path."""
     return base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii").rstrip("=")
 
 
 def _dec(cursor: str) -> str:
-    bad = invalid([("cursor", "is not a cursor returned by this list (pass `next` back unchanged)")])
+    """A legacy cursor's text (problem ``cursor`` when it is not one)."""
+    bad = invalid([_BAD_CURSOR])
     if not cursor or len(cursor) > 300 or not re.fullmatch(r"[A-Za-z0-9_-]+", cursor):
         raise bad
     try:
@@ -100,29 +109,37 @@ def _dec(cursor: str) -> str:
 
 
 def id_cursor(last_id: str) -> str:
-    return _enc(f"i:{last_id}")
+    return f"i.{last_id}"
 
 
 def parse_id_cursor(cursor: str | None) -> str:
+    """The id a list continues after ("" for the first page); problem ``cursor`` when not a cursor."""
     if cursor is None:
         return ""
+    if _NEW_ID.match(cursor):
+        return cursor[2:]
     text = _dec(cursor)
     if not text.startswith("i:") or not _ID.match(text[2:]):
-        raise invalid([("cursor", "is not a cursor returned by this list (pass `next` back unchanged)")])
+        raise invalid([_BAD_CURSOR])
     return text[2:]
 
 
 def fire_cursor(f: Fire) -> str:
-    return _enc(f"f:{f.scheduled_us}:{f.seq}")
+    return f"f.{f.scheduled_us}.{f.seq}"
 
 
-def parse_fire_cursor(cursor: str | None) -> tuple[int, int] | None:
+def parse_fire_cursor(cursor: str | None, *, legacy_only: bool = False) -> tuple[int, int] | None:
+    """``(scheduled_us, seq)`` one trigger's fire list continues after (None: the first page);
+    ``legacy_only``: only the earlier base64url form (a list that now issues another form)."""
     if cursor is None:
         return None
+    if not legacy_only and _NEW_FIRE.match(cursor):
+        us, seq = cursor[2:].split(".")
+        return int(us), int(seq)
     text = _dec(cursor)
     m = _FIRE.match(text[2:]) if text.startswith("f:") else None
     if not m:
-        raise invalid([("cursor", "is not a cursor returned by this list (pass `next` back unchanged)")])
+        raise invalid([_BAD_CURSOR])
     return int(m.group(1)), int(m.group(2))
 
 
