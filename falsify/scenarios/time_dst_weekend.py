@@ -9,7 +9,7 @@ Howe's 30-minute gap on 4 October, London's fold on 25 October, New York's fold 
 single weekend holds a transition in all three zones (the second Sunday of March, the last Sunday of
 March and the first Sunday of April never coincide), so each pass is three *segments*, one per zone,
 each across that zone's own transition: the quick form over the transition hours
-(``T − 30 min … T + 30 min``), the full form over the whole local weekend (Saturday 00:00 to Monday
+(``T − 65 min … T + 25 min``: the fold's first pass, the jump, the hour after), the full form over the whole local weekend (Saturday 00:00 to Monday
 00:00). Every segment is a fresh SQLite ``fireledger serve`` and a fresh ``tests/sink.py``.
 
 **The clock.** One ``faketime`` holder process owns libfaketime's shared start time
@@ -178,9 +178,9 @@ def scaled_env(rate: int) -> dict[str, str]:
 class FakedSink:
     """tests/sink.py in its own process on the faked clock (arrival stamps are faked time)."""
 
-    def __init__(self, work: Path, env: dict[str, str]) -> None:
-        port_file = work / "sink.port"
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sink.py"), "--port", "0",
+    def __init__(self, work: Path, env: dict[str, str], port: int = 0) -> None:
+        port_file = work / f"sink-{time.monotonic_ns()}.port"
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sink.py"), "--port", str(port),
                                       "--port-file", str(port_file)], env={**os.environ, **env},
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         from e2e import wait_until
@@ -225,16 +225,23 @@ def schedules(zone: str, n: int, t: Transition, anchor: datetime) -> list[dict[s
 def oracle(spec: dict[str, Any], lo_us: int, hi_us: int) -> list[tuple[int, str | None]]:
     """``fireledger preview --json`` of one schedule: the instants in ``[lo, hi]`` with their DST note."""
     frm = datetime.fromtimestamp(lo_us / S - 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if "cron" in spec:
-        args = ["--expr", spec["cron"], "--from", frm]
-    elif "every" in spec:
-        args = ["--every", spec["every"], "--from", spec["anchor"]]
-    else:
-        args = ["--at", spec["at"], "--from", frm]
-    proc = subprocess.run([str(BIN), "preview", *args, "--zone", spec["zone"], "--count", "10000", "--json"],
-                          capture_output=True, text=True, timeout=120, check=True)
     from fireledger.recurrence import parse_instant
 
+    # Enough instants to pass the window's end: a cron fires at most once a minute, an interval once
+    # a period from its anchor (the compiler's cost grows with --count, so no more than that).
+    if "cron" in spec:
+        args, count = ["--expr", spec["cron"], "--from", frm], (hi_us - lo_us) // (60 * S) + 2
+    elif "every" in spec:
+        from fireledger.recurrence.instants import parse_duration
+
+        period = int(parse_duration(spec["every"], "every").total_seconds() * S)
+        anchor_us = int(parse_instant(spec["anchor"]).timestamp() * S)
+        args, count = ["--every", spec["every"], "--from", spec["anchor"]], (hi_us - anchor_us) // period + 2
+    else:
+        args, count = ["--at", spec["at"], "--from", frm], 1
+    proc = subprocess.run([str(BIN), "preview", *args, "--zone", spec["zone"], "--count", str(min(count, 10_000)),
+                           "--json"],
+                          capture_output=True, text=True, timeout=120, check=True)
     out = []
     for item in json.loads(proc.stdout):
         us = int(parse_instant(item["instant"]).timestamp() * S)
@@ -244,9 +251,9 @@ def oracle(spec: dict[str, Any], lo_us: int, hi_us: int) -> list[tuple[int, str 
 
 
 def window(t: Transition, quick: bool) -> tuple[datetime, datetime]:
-    """Quick: the transition hour (``T ± 30 min``); full: the local weekend (Sat 00:00 – Mon 00:00)."""
+    """Quick: the transition hours (``T − 65 min … T + 25 min``); full: the local weekend (Sat 00:00 – Mon 00:00)."""
     if quick:
-        return t.at - timedelta(minutes=30), t.at + timedelta(minutes=30)
+        return t.at - timedelta(minutes=65), t.at + timedelta(minutes=25)
     tz = ZoneInfo(t.zone)
     local = t.at.astimezone(tz)
     sat = (local - timedelta(days=(local.weekday() - 5) % 7)).date()
@@ -254,44 +261,66 @@ def window(t: Transition, quick: bool) -> tuple[datetime, datetime]:
     return lo.astimezone(UTC), (lo + timedelta(days=2)).astimezone(UTC)
 
 
-def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
-    """One zone's triggers across its transition on a fresh service; the raw observations."""
+def _define(t: Transition, n: int, lo: datetime, work: Path, db: str, port: int) -> dict[str, dict[str, Any]]:
+    """Phase one: on a clock at ``lo − 3 h`` running at x1, a service makes the tenant, the target
+    (ownership proved against a sink on ``port``) and ``n`` triggers through the API; then stops.
+    Returns the schedule of each trigger id."""
     from e2e import Api, Service, cli, wait_until
 
-    lo, hi = window(t, quick)
-    lo_us, hi_us = int(lo.timestamp() * S), int(hi.timestamp() * S)
-    lead_s = 8 if quick else 15                       # real seconds of setup before the window opens
-    work = Path(tempfile.mkdtemp(prefix="time-dst-"))
-    clock = FakeClock(lo - timedelta(seconds=lead_s * rate), rate, work)
-    sink: FakedSink | None = None
-    svc: Service | None = None
-    db = f"sqlite:///{work}/fl.db"
+    clock = FakeClock(lo - timedelta(hours=3), 1, work)
+    sink = svc = None
     try:
-        sink = FakedSink(work, clock.env)
-        svc = Service(db, work, env={**clock.env, **scaled_env(rate)}).start(timeout_s=60)
+        sink = FakedSink(work, clock.env, port)
+        svc = Service(db, work, env={**clock.env, **scaled_env(1)}).start(timeout_s=60)
         out = json.loads(cli("tenant", "create", f"dst-{time.monotonic_ns()}", "--db", db, "--json",
                              env=clock.env).stdout)
         api = Api(svc.base, out["token"])
         tg = api.ok("POST", "/v1/targets", {"kind": "http", "url": f"{sink.base_url}/ok"}, 201)
         sink.call("PUT", f"/challenges/{tg['verification']['token']}", tg["verification"]["response"].encode())
-        api.ok("POST", f"/v1/targets/{tg['id']}/verify", None, 200)
-        specs = schedules(t.zone, n, t, lo - timedelta(hours=1))
+        wait_until(lambda: api.ok("POST", f"/v1/targets/{tg['id']}/verify", None, 200)["verification"]["state"]
+                   == "verified", 30, "the target's ownership to verify", interval_s=0.2)
         by_id: dict[str, dict[str, Any]] = {}
-        for i, spec in enumerate(specs):
+        for i, spec in enumerate(schedules(t.zone, n, t, lo - timedelta(hours=1))):
             body = {"name": f"dst-{i}", "schedule": spec, "target_id": tg["id"], "timeout": "15m", "jitter": "0s"}
             by_id[api.ok("POST", "/v1/triggers", body, 201)["id"]] = spec
-        setup_faked_us = clock.now_us()
-        if setup_faked_us >= lo_us:
-            raise RuntimeError(f"setup overran the lead: the window opened {(setup_faked_us - lo_us) / S:.0f} "
-                               f"faked s before the last trigger was made")
+        return by_id
+    finally:
+        if svc is not None:
+            svc.stop()
+        if sink is not None:
+            sink.stop()
+        clock.close()
+
+
+def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
+    """One zone's triggers across its transition: defined at x1 (:func:`_define`), then run by a fresh
+    service and sink on a clock at ``x<rate>`` that reaches the window after ``lead_s`` real
+    seconds. Returns the raw observations for :func:`judge`."""
+    from e2e import Service, free_port, wait_until
+
+    lo, hi = window(t, quick)
+    lo_us, hi_us = int(lo.timestamp() * S), int(hi.timestamp() * S)
+    lead_s = 8                                          # real seconds to start the sink and the service
+    work = Path(tempfile.mkdtemp(prefix="time-dst-"))
+    db, port = f"sqlite:///{work}/fl.db", free_port()
+    by_id = _define(t, n, lo, work, db, port)
+    clock = FakeClock(lo - timedelta(seconds=lead_s * rate), rate, work)
+    sink: FakedSink | None = None
+    svc: Service | None = None
+    try:
+        sink = FakedSink(work, clock.env, port)
+        svc = Service(db, work, env={**clock.env, **scaled_env(rate)}).start(timeout_s=60)
+        started_us = clock.now_us()
+        if started_us >= lo_us:
+            raise RuntimeError(f"the service started {(started_us - lo_us) / S:.0f} faked s after the window opened")
         # The oracle, while the faked clock runs towards and through the window.
-        uniq = {json.dumps(s, sort_keys=True) for s in specs}
+        uniq = {json.dumps(s, sort_keys=True) for s in by_id.values()}
         with ThreadPoolExecutor(4) as pool:
             expect_by_spec = dict(zip(uniq, pool.map(lambda k: oracle(json.loads(k), lo_us, hi_us), uniq),
                                       strict=True))
         expected = {tid: expect_by_spec[json.dumps(s, sort_keys=True)] for tid, s in by_id.items()}
         n_expected = sum(len(v) for v in expected.values())
-        drain_us = 3 * rate * S                        # 3 real seconds past the window
+        drain_us = 2 * rate * S                        # 2 real seconds past the window
         wait_until(lambda: clock.now_us() >= hi_us + drain_us, (hi_us + drain_us - clock.now_us()) / S / rate + 60,
                    "the faked clock to pass the window", interval_s=0.2)
 
@@ -313,7 +342,8 @@ def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
         finally:
             con.close()
         return {"transition": t, "lo_us": lo_us, "hi_us": hi_us, "expected": expected, "fires": fires,
-                "records": records, "triggers": len(by_id), "distinct_schedules": len(uniq)}
+                "records": records, "triggers": len(by_id), "distinct_schedules": len(uniq),
+                "lead_faked_s": (lo_us - started_us) // S}
     finally:
         if svc is not None:
             svc.stop()
@@ -377,11 +407,12 @@ def run(quick: bool) -> dict[str, Any]:
     per_pass = 60 if quick else 500
     rate = 600 if quick else 3000
     passes = chosen(YEAR)
-    segs: list[dict[str, Any]] = []
-    for name, ts in passes.items():
-        for i, t in enumerate(ts):
-            n = per_pass // len(ts) + (1 if i < per_pass % len(ts) else 0)
-            segs.append({"pass": name, **judge(segment(t, n, rate, quick), rate)})
+    jobs = [(name, t, per_pass // len(ts) + (1 if i < per_pass % len(ts) else 0))
+            for name, ts in passes.items() for i, t in enumerate(ts)]
+    # A pass's three segments run side by side (each its own clock, service and sink).
+    with ThreadPoolExecutor(3) as pool:
+        raw = list(pool.map(lambda job: segment(job[1], job[2], rate, quick), jobs))
+    segs = [{"pass": name, **judge(seg, rate)} for (name, _, _), seg in zip(jobs, raw, strict=True)]
     late = sorted(x for s in segs for x in s.pop("lateness_faked_s"))
     tot = {k: sum(s[k] for s in segs) for k in COUNTS}
     passed = (tot["instants"] > 0 and tot["gap_instants"] > 0 and tot["fold_instants"] > 0
