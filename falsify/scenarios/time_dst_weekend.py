@@ -1,34 +1,39 @@
 """``time-dst-weekend``: triggers in three zones run across their DST transitions by real processes
-under an accelerated fake clock, every delivery checked against ``fireledger preview`` (seed ADR-07).
+under an accelerated fake clock, every delivery checked against ``fireledger preview`` (seed ADR-07;
+decision 0146).
 
 **Dates.** The scenario asks ``zoneinfo`` for each zone's transitions in :data:`YEAR` (it does not
-hard-code them): pass ``spring`` takes the first transition of each zone in the year's first half
-(2026: New York's gap on 8 March, London's gap on 29 March, Lord Howe's 30-minute *fold* on 5
-April — the southern zone goes the other way), pass ``autumn`` the first in the second half (Lord
-Howe's 30-minute gap on 4 October, London's fold on 25 October, New York's fold on 1 November). No
-single weekend holds a transition in all three zones (the second Sunday of March, the last Sunday of
-March and the first Sunday of April never coincide), so each pass is three *segments*, one per zone,
-each across that zone's own transition: the quick form over the transition hours
-(``T − 65 min … T + 25 min``: the fold's first pass, the jump, the hour after), the full form over the whole local weekend (Saturday 00:00 to Monday
-00:00). Every segment is a fresh SQLite ``fireledger serve`` and a fresh ``tests/sink.py``.
+hard-code them): pass ``spring`` takes each zone's transition in the year's first half (2026: New
+York's gap on 8 March, London's gap on 29 March, Lord Howe's 30-minute *fold* on 5 April — the
+southern zone goes the other way), pass ``autumn`` the one in the second half (Lord Howe's 30-minute
+gap on 4 October, London's fold on 25 October, New York's fold on 1 November). No weekend holds a
+transition in all three zones (the second Sunday of March, the last Sunday of March and the first
+Sunday of April never coincide), so a pass is three *segments*, one per zone, each across that
+zone's own transition ``T``. Full form: all six segments over the local weekend (Saturday 00:00 to
+Monday 00:00), 500 triggers a pass at x4000. Quick form: :data:`QUICK_SEGMENTS` (a 60-minute gap,
+a 60-minute fold, the 30-minute gap) over ``T − 65 min … T + 25 min``, 60 triggers, at x1200.
 
 **The clock.** One ``faketime`` holder process owns libfaketime's shared start time
-(``FAKETIME_SHARED``); the service, the sink and the ``fireledger tenant create`` run with
+(``FAKETIME_SHARED``); the service, the sink and ``fireledger tenant create`` run with
 ``LD_PRELOAD``, the same ``FAKETIME="@<start> x<rate>"`` and ``FAKETIME_DONT_RESET=1``, so all of
 them read one faked clock (wall *and* monotonic, sleeps scaled), and the sink stamps arrivals with
-it. Every duration the service treats as a physical bound is multiplied by the rate (lease and
-session TTLs, cycle, guard, the ε ceiling, the connect timeout, the miss threshold: 2 s real), so in
-real seconds it behaves as unaccelerated; triggers use ``jitter: 0s`` (no smearing) and the longest
-attempt timeout.
+it. A segment has two phases on one SQLite file: the tenant, the target and the triggers are made
+through the API of a ``fireledger serve`` on a clock three hours before the window at x1; then a
+fresh service and sink run on a clock at ``x<rate>`` that reaches the window after a few real
+seconds. Every duration the service treats as a physical bound is multiplied by the rate
+(:func:`scaled_env`: lease and session TTLs, cycle, guard, the ε ceiling, the connect timeout, the
+miss threshold = 2 real s, ...), so in real seconds it behaves as unaccelerated; triggers use
+``jitter: 0s`` and the longest attempt timeout.
 
-**The oracle.** For every distinct schedule (cron + zone, interval + anchor, one-shot) the scenario
-runs ``fireledger preview --json`` (the compiler the timing loop uses) and keeps the instants inside
-the segment's window. Passed when, over every segment: each expected instant has exactly one fire
-record and no record is unexpected; every expected instant was delivered; nothing arrived before its
-scheduled instant by the faked clock, and no record was decided or dispatched before it by the
-service's clock; gap instants (``dst: gap``) fired at the jump, fold instants once. Figures:
-instants, gap and fold instants, duplicate deliveries, lateness p50/p90/p99/max in faked and real
-seconds, the dates chosen.
+**The oracle.** For every distinct schedule (cron + zone, interval + anchor, one-shot) of a segment
+the scenario runs ``fireledger preview --json`` (the compiler the timing loop uses) and keeps the
+instants inside the window. Passed when, over every segment: each expected instant has exactly one
+fire record and no record is unexpected; every expected instant was delivered; nothing arrived
+before its scheduled instant by the faked clock, and no fire was decided or first dispatched before
+it by the service's clock; ``dst: gap`` instants are the jump instant, ``dst: fold`` instants lie
+before the transition (first pass). Figures: instants, gap and fold instants, duplicate deliveries
+(counted, not failed: at-least-once), lateness p50/p90/p99/max in faked and real seconds, and per
+segment the transition chosen and the window.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -58,16 +64,18 @@ ZONES = ("America/New_York", "Europe/London", "Australia/Lord_Howe")
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "fireledger"
 
-# Cron shapes per zone: the transition-night wall times (gap and fold) first, then ordinary ones.
+# Cron shapes per zone: the transition-night wall times (gap and fold) first, then ordinary ones;
+# sub-hourly steps only in the night hours (a weekend of every-15-minutes crons would test the
+# dispatch plane's throughput at x4000, not the DST rules).
 CRONS: dict[str, tuple[str, ...]] = {
     "America/New_York": ("30 2 * * *", "30 1 * * *", "0 2 * * *", "59 1 * * *", "15 3 * * *",
-                         "0 * * * *", "*/15 * * * *", "45 1,2 * * *"),
+                         "0 * * * *", "45 1,2 * * *", "*/30 1-3 * * *"),
     "Europe/London": ("30 1 * * *", "0 1 * * *", "59 0 * * *", "0 2 * * *", "0 * * * *",
-                      "*/20 * * * *", "10 1 * * 0"),
-    "Australia/Lord_Howe": ("15 2 * * *", "45 1 * * *", "0 2 * * *", "30 1 * * *", "*/30 * * * *",
+                      "*/20 0-2 * * *", "10 1 * * 0"),
+    "Australia/Lord_Howe": ("15 2 * * *", "45 1 * * *", "0 2 * * *", "30 1 * * *", "*/15 1-2 * * *",
                             "20 * * * *", "50 1,2 * * 0"),
 }
-INTERVALS = ("17m", "37m", "1h", "97m")
+INTERVALS = ("37m", "1h", "97m", "3h")
 #: The quick form's segments (the full form runs all six).
 QUICK_SEGMENTS = (("spring", "America/New_York"), ("autumn", "Europe/London"), ("autumn", "Australia/Lord_Howe"))
 
@@ -353,6 +361,7 @@ def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
         if sink is not None:
             sink.stop()
         clock.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def judge(seg: dict[str, Any], rate: int) -> dict[str, Any]:
