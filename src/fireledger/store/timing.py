@@ -13,7 +13,7 @@ Contracts (:class:`~fireledger.store.protocols.TimingStore` states each one):
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire
@@ -21,7 +21,8 @@ from fireledger.domain.timing_records import FireFacts, HeldRow, OverlapFacts
 from fireledger.domain.trust_records import AuditNote
 
 from . import rows as rec
-from .core import AppendAudit, expect_one
+from .core import AppendAudit, InvariantViolation, expect_one
+from .decisions import advances_json, fires_json
 from .engine import Engine
 from .leases import TimingLeases
 from .overlap import update_params
@@ -89,24 +90,32 @@ class SqlTiming(TimingLeases):
 
     def _apply_all_or_nothing(self, c: Any, decisions: Sequence[Decision]) -> list[ClaimOutcome] | None:
         """The common case in bulk: every fire is new and every due row is where the decision
-        expects it. Three batched statements inside a savepoint; when any count differs (a fire
-        decided elsewhere, a row moved) the savepoint is rolled back and None returned, and the
-        caller decides row by row. Counts are exact: each statement matches at most its own row
-        (primary key), so a total equal to the number of statements means each matched once."""
+        expects it. One statement per kind of write for the whole batch (the fires, the due rows
+        advanced, the due rows retired: ``store/decisions.py``) inside a savepoint; when a count
+        differs (a fire decided elsewhere, a row moved) the savepoint is rolled back and None
+        returned, and the caller decides row by row. Counts are exact: every element matches at
+        most its own row (primary key) and the batch's trigger ids are distinct (checked here), so
+        a count equal to the number of elements means each matched once."""
         q = self.q
+        if len({d.advance.trigger_id for d in decisions}) != len(decisions):
+            return None   # one trigger twice in a batch: only the row-by-row path can tell them apart
         fires = [f for d in decisions for f in d.fires]
         advances = [d.advance for d in decisions if d.advance.new_next_us is not None]
         retires = [d.advance for d in decisions if d.advance.new_next_us is None]
         cur = c.cursor()
         cur.execute("SAVEPOINT apply_bulk")
         ok = True
-        for sql, params in ((q["insert_fire"], [rec.fire_params(f) for f in fires]),
-                            (q["advance_due"], [rec.advance_params(a) for a in advances]),
-                            (q["retire_due"], [rec.advance_params(a) for a in retires])):
-            if not params:
+        steps: list[tuple[str, str, int, Callable[[], str]]] = [
+            ("tm_insert_fires", "fires", len(fires), lambda: fires_json(fires)),
+            ("tm_advance_due", "advances", len(advances), lambda: advances_json(advances)),
+            ("tm_retire_due", "advances", len(retires), lambda: advances_json(retires))]
+        for query, name, n, param in steps:
+            if not n:
                 continue
-            cur.executemany(sql, params)
-            if cur.rowcount != len(params):
+            cur.execute(q[query], {name: param()})
+            if cur.rowcount > n:
+                raise InvariantViolation(f"{query}: {cur.rowcount} rows matched {n} keys")
+            if cur.rowcount != n:
                 ok = False
                 break
         if not ok:
