@@ -74,6 +74,29 @@ def recurrence_for(trigger_id: str, version: int, schedule: dict[str, Any]) -> R
     return rec
 
 
+#: Compiled recurrences by stored schedule text (the timing plane reads the text; equal texts are
+#: equal schedules, so they need neither a JSON decode nor a compile once one of them was compiled).
+_BY_TEXT: dict[str, Recurrence] = {}
+
+
+def recurrence_for_text(trigger_id: str, version: int, text: str) -> Recurrence:
+    """:func:`recurrence_for` from the schedule as stored (its JSON text): cached by (trigger,
+    version) and by text. Raises what decoding or compiling the schedule raises."""
+    key = (trigger_id, version)
+    with _LOCK:
+        rec = _CACHE.get(key) or _BY_TEXT.get(text)
+    if rec is None:
+        rec = recurrence_for(trigger_id, version, json.loads(text))
+    with _LOCK:
+        if len(_BY_TEXT) >= _SPEC_MAX:
+            _BY_TEXT.clear()
+        _BY_TEXT[text] = rec
+        _CACHE[key] = rec
+        if len(_CACHE) > _CACHE_MAX:
+            _CACHE.popitem(last=False)
+    return rec
+
+
 def next_us(rec: Recurrence, after_us: int) -> int | None:
     """The first instant strictly after ``after_us`` in microseconds, or None when exhausted."""
     nxt = next_after(rec, from_us(after_us))

@@ -10,7 +10,9 @@ statements, not two thousand:
 * ``tm_advance_due`` — the due rows' compare-and-set forward, each element matching its row by
   primary key *and* the expected ``(next_us, version)``: zero rows for an element is normal (moved,
   decided elsewhere), more than one impossible (primary key);
-* ``tm_retire_due`` — the same compare-and-set for rows whose schedule ended (deleted).
+* ``tm_retire_due`` — the same compare-and-set for rows whose schedule ended (deleted);
+* ``tm_versions`` — the read before them: what planning needs of the batch's trigger versions
+  (schedule text and policies, not the sealed payload), one statement for the versions not cached.
 
 The caller compares each statement's row count with the number of elements: equal means every
 element matched exactly once (keys are distinct within a batch, which the caller checks), anything
@@ -85,14 +87,27 @@ _PG_RETIRE = (
     "AND d.next_us = CAST(j->>1 AS bigint) AND d.version = CAST(j->>2 AS bigint)"
 )
 
+# What planning needs of a batch's trigger versions (schedule text and policies; not the sealed
+# payload, which the timing plane never reads), for ids given as [[trigger_id, version], ...].
+_SQLITE_VERSIONS = (
+    "SELECT v.trigger_id, v.version, v.schedule, v.policies FROM json_each(:ids) j JOIN trigger_versions v "
+    "ON v.trigger_id = json_extract(j.value, '$[0]') AND v.version = json_extract(j.value, '$[1]')"
+)
+_PG_VERSIONS = (
+    "SELECT v.trigger_id, v.version, v.schedule, v.policies FROM jsonb_array_elements(CAST(:ids AS jsonb)) j "
+    "JOIN trigger_versions v ON v.trigger_id = j->>0 AND v.version = CAST(j->>1 AS bigint)"
+)
+
 DECISION_QUERIES: dict[str, str] = {
+    "tm_versions": _SQLITE_VERSIONS,
     "tm_insert_fires": _SQLITE_INSERT,
     "tm_advance_due": _SQLITE_ADVANCE,
     "tm_retire_due": _SQLITE_RETIRE,
 }
 
 queries.register(DECISION_QUERIES, {"postgres": {
-    "tm_insert_fires": _PG_INSERT, "tm_advance_due": _PG_ADVANCE, "tm_retire_due": _PG_RETIRE}})
+    "tm_versions": _PG_VERSIONS, "tm_insert_fires": _PG_INSERT, "tm_advance_due": _PG_ADVANCE,
+    "tm_retire_due": _PG_RETIRE}})
 
 _LIVE = (FireState.PENDING, FireState.HELD)
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire
+from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
 from fireledger.domain.timing_records import FireFacts, HeldRow, OverlapFacts
 from fireledger.domain.trust_records import AuditNote
 
@@ -40,6 +40,16 @@ class SqlTiming(TimingLeases):
         with self.engine.read() as c:
             rows = c.execute(self.q["due_rows"], {"until_us": until_us, "limit": limit}).fetchall()
         return [DueRow(*r) for r in rows]
+
+    def version_plans(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, Policies]]:
+        """What planning needs of many trigger versions, in one statement: ``(trigger_id, version)``
+        → (the schedule as stored — its JSON text —, the decoded policies); missing ones are absent.
+        A stored policy that does not decode raises (the caller reads those versions one by one)."""
+        if not pairs:
+            return {}
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tm_versions"], {"ids": json.dumps(sorted(set(pairs)))}).fetchall()
+        return {(str(r[0]), int(r[1])): (str(r[2]), rec.policies_from_json(r[3])) for r in rows}
 
     def earliest_due(self) -> int | None:
         """The earliest ``next_us`` of the whole due index, or None when it is empty."""
