@@ -1,9 +1,12 @@
 """The batched statements of :meth:`SqlTiming.apply_decisions` (SQL as data, decision 0135).
 
-A batch of decisions is committed by ONE statement per kind of write, each taking the whole batch as
-one JSON array parameter (``json_each`` on SQLite, ``jsonb_array_elements`` on PostgreSQL — as the
-dispatch side's id lists), so the statement text is fixed and a batch of a thousand fires is three
-statements, not two thousand:
+A batch of decisions is committed by ONE statement per kind of write, with no Python work and no
+round trip per row: on PostgreSQL each statement takes the whole batch as one JSON array parameter
+(``jsonb_array_elements``, as the dispatch side's id lists: one round trip, one execution); on
+SQLite — in process, no round trips — the statement is prepared once and stepped per element by
+``executemany``, which measured faster than ``json_each`` (7.4 vs 9.3 µs per fire inserted, 3.5 vs
+4.9 per due row moved: the JSON is parsed again for every column). So a batch of a thousand fires is
+three statements, not two thousand:
 
 * ``tm_insert_fires`` — every fire of the batch, ``ON CONFLICT DO NOTHING`` (a key that exists was
   decided elsewhere: it inserts nothing);
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from fireledger.domain.model import Advance, FireState, NewFire
 
@@ -42,10 +46,6 @@ _PG_TYPES = {"scheduled_us": "bigint", "seq": "bigint", "version": "bigint", "de
              "finished_us": "bigint", "next_attempt_us": "bigint", "eps_us": "bigint"}
 
 
-def _sqlite_value(i: int) -> str:
-    return f"json_extract(value, '$[{i}]')"
-
-
 def _pg_value(i: int, name: str) -> str:
     t = _PG_TYPES.get(name)
     return f"CAST(j->>{i} AS {t})" if t else f"j->>{i}"
@@ -58,30 +58,24 @@ def _select(value: list[str]) -> str:
 
 
 _SQLITE_INSERT = (
-    f"INSERT INTO fires ({_INSERT_COLS}) "
-    f"SELECT {_select([_sqlite_value(i) for i in range(len(_FIRE_FIELDS))])} FROM json_each(:fires) "
-    "WHERE true ON CONFLICT DO NOTHING"   # `WHERE true`: SQLite's parser needs it before ON CONFLICT
+    f"INSERT INTO fires ({_INSERT_COLS}) VALUES ({_select(['?'] * len(_FIRE_FIELDS))}) ON CONFLICT DO NOTHING"
 )
 _PG_INSERT = (
     f"INSERT INTO fires ({_INSERT_COLS}) "
     f"SELECT {_select([_pg_value(i, n) for i, n in enumerate(_FIRE_FIELDS)])} "
     "FROM jsonb_array_elements(CAST(:fires AS jsonb)) j ON CONFLICT DO NOTHING"
 )
-# Advance elements: [trigger_id, expected_next_us, expected_version, new_next_us, new_version].
+# Advance elements: [trigger_id, expected_next_us, expected_version, new_next_us, new_version]
+# (SQLite's statement binds them in that order too: ?1 … ?5).
 _SQLITE_ADVANCE = (
-    "UPDATE due SET next_us = json_extract(j.value, '$[3]'), version = json_extract(j.value, '$[4]') "
-    "FROM json_each(:advances) j WHERE due.trigger_id = json_extract(j.value, '$[0]') "
-    "AND due.next_us = json_extract(j.value, '$[1]') AND due.version = json_extract(j.value, '$[2]')"
+    "UPDATE due SET next_us = ?4, version = ?5 WHERE trigger_id = ?1 AND next_us = ?2 AND version = ?3"
 )
 _PG_ADVANCE = (
     "UPDATE due d SET next_us = CAST(j->>3 AS bigint), version = CAST(j->>4 AS bigint) "
     "FROM jsonb_array_elements(CAST(:advances AS jsonb)) j WHERE d.trigger_id = j->>0 "
     "AND d.next_us = CAST(j->>1 AS bigint) AND d.version = CAST(j->>2 AS bigint)"
 )
-_SQLITE_RETIRE = (
-    "DELETE FROM due WHERE (trigger_id, next_us, version) IN (SELECT json_extract(value, '$[0]'), "
-    "json_extract(value, '$[1]'), json_extract(value, '$[2]') FROM json_each(:advances))"
-)
+_SQLITE_RETIRE = "DELETE FROM due WHERE trigger_id = ?1 AND next_us = ?2 AND version = ?3"
 _PG_RETIRE = (
     "DELETE FROM due d USING jsonb_array_elements(CAST(:advances AS jsonb)) j WHERE d.trigger_id = j->>0 "
     "AND d.next_us = CAST(j->>1 AS bigint) AND d.version = CAST(j->>2 AS bigint)"
@@ -112,9 +106,9 @@ queries.register(DECISION_QUERIES, {"postgres": {
 _LIVE = (FireState.PENDING, FireState.HELD)
 
 
-def fires_json(fires: Sequence[NewFire]) -> str:
-    """The ``:fires`` parameter: one array per fire (the columns ``rows.fire_params`` binds, in
-    ``_FIRE_FIELDS`` order; live fires get their first dispatch time, terminal ones their finish)."""
+def fire_rows(fires: Sequence[NewFire]) -> list[tuple[Any, ...]]:
+    """One element per fire: the columns ``rows.fire_params`` binds, in ``_FIRE_FIELDS`` order (live
+    fires get their first dispatch time — the smeared one when set —, terminal ones their finish)."""
     out = []
     for f in fires:
         state = f.state
@@ -124,14 +118,31 @@ def fires_json(fires: Sequence[NewFire]) -> str:
                     None if state in _LIVE else f.decided_us, f.tzdata_version,
                     (f.decided_us if f.not_before_us is None else f.not_before_us) if pending else None,
                     f.eps_us, f.eps_source))
-    return json.dumps(out, separators=(",", ":"))
+    return out
 
 
-def advances_json(advances: Sequence[Advance]) -> str:
-    """The ``:advances`` parameter: ``[trigger_id, expected_next_us, expected_version, new_next_us,
-    new_version]`` per due row."""
-    return json.dumps([(a.trigger_id, a.expected_next_us, a.expected_version, a.new_next_us, a.new_version)
-                       for a in advances], separators=(",", ":"))
+def advance_rows(advances: Sequence[Advance]) -> list[tuple[Any, ...]]:
+    """One element per due row: ``(trigger_id, expected_next_us, expected_version, new_next_us,
+    new_version)``."""
+    return [(a.trigger_id, a.expected_next_us, a.expected_version, a.new_next_us, a.new_version)
+            for a in advances]
 
 
-__all__ = ["DECISION_QUERIES", "advances_json", "fires_json"]
+def write_batch(cur: Any, engine: str, q: dict[str, str], name: str, elements: list[tuple[Any, ...]]) -> int:
+    """Run the batched statement ``name`` over ``elements``; returns the rows it changed. SQLite:
+    the statement prepared once and stepped per element by ``executemany`` (no Python per row, no
+    round trip); PostgreSQL: one statement over the elements as one JSON array (one round trip,
+    one execution)."""
+    if engine == "sqlite":
+        if name == "tm_retire_due":
+            elements = [e[:3] for e in elements]
+        cur.executemany(q[name], elements)
+    else:
+        cur.execute(q[name], {_PARAM[name]: json.dumps(elements, separators=(",", ":"))})
+    return int(cur.rowcount)
+
+
+_PARAM = {"tm_insert_fires": "fires", "tm_advance_due": "advances", "tm_retire_due": "advances"}
+
+
+__all__ = ["DECISION_QUERIES", "advance_rows", "fire_rows", "write_batch"]

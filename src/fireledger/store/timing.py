@@ -13,7 +13,7 @@ Contracts (:class:`~fireledger.store.protocols.TimingStore` states each one):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
@@ -22,7 +22,7 @@ from fireledger.domain.trust_records import AuditNote
 
 from . import rows as rec
 from .core import AppendAudit, InvariantViolation, expect_one
-from .decisions import advances_json, fires_json
+from .decisions import advance_rows, fire_rows, write_batch
 from .engine import Engine
 from .leases import TimingLeases
 from .overlap import update_params
@@ -101,7 +101,7 @@ class SqlTiming(TimingLeases):
     def _apply_all_or_nothing(self, c: Any, decisions: Sequence[Decision]) -> list[ClaimOutcome] | None:
         """The common case in bulk: every fire is new and every due row is where the decision
         expects it. One statement per kind of write for the whole batch (the fires, the due rows
-        advanced, the due rows retired: ``store/decisions.py``) inside a savepoint; when a count
+        advanced, the due rows retired: ``store/decisions.py``), inside a savepoint; when a count
         differs (a fire decided elsewhere, a row moved) the savepoint is rolled back and None
         returned, and the caller decides row by row. Counts are exact: every element matches at
         most its own row (primary key) and the batch's trigger ids are distinct (checked here), so
@@ -115,17 +115,14 @@ class SqlTiming(TimingLeases):
         cur = c.cursor()
         cur.execute("SAVEPOINT apply_bulk")
         ok = True
-        steps: list[tuple[str, str, int, Callable[[], str]]] = [
-            ("tm_insert_fires", "fires", len(fires), lambda: fires_json(fires)),
-            ("tm_advance_due", "advances", len(advances), lambda: advances_json(advances)),
-            ("tm_retire_due", "advances", len(retires), lambda: advances_json(retires))]
-        for query, name, n, param in steps:
-            if not n:
+        for name, elements in (("tm_insert_fires", fire_rows(fires)), ("tm_advance_due", advance_rows(advances)),
+                               ("tm_retire_due", advance_rows(retires))):
+            if not elements:
                 continue
-            cur.execute(q[query], {name: param()})
-            if cur.rowcount > n:
-                raise InvariantViolation(f"{query}: {cur.rowcount} rows matched {n} keys")
-            if cur.rowcount != n:
+            n = write_batch(cur, self.engine.name, q, name, elements)
+            if n > len(elements):
+                raise InvariantViolation(f"{name}: {n} rows matched {len(elements)} keys")
+            if n != len(elements):
                 ok = False
                 break
         if not ok:
