@@ -74,27 +74,30 @@ def recurrence_for(trigger_id: str, version: int, schedule: dict[str, Any]) -> R
     return rec
 
 
-#: Compiled recurrences by stored schedule text (the timing plane reads the text; equal texts are
-#: equal schedules, so they need neither a JSON decode nor a compile once one of them was compiled).
-_BY_TEXT: dict[str, Recurrence] = {}
+#: Compiled recurrences and their next-instant functions by stored schedule text (the timing plane
+#: reads the text; equal texts are equal schedules, so they need neither a JSON decode nor a compile
+#: once one of them was compiled).
+_BY_TEXT: dict[str, tuple[Recurrence, Callable[[int], int | None]]] = {}
 
 
-def recurrence_for_text(trigger_id: str, version: int, text: str) -> Recurrence:
-    """:func:`recurrence_for` from the schedule as stored (its JSON text): cached by (trigger,
-    version) and by text. Raises what decoding or compiling the schedule raises."""
-    key = (trigger_id, version)
+def plan_for_text(trigger_id: str, version: int, text: str) -> tuple[Recurrence, Callable[[int], int | None]]:
+    """The compiled recurrence of a version from its schedule as stored (its JSON text), with its
+    :func:`next_fn`: cached by text (and the recurrence by (trigger, version), as
+    :func:`recurrence_for`). Raises what decoding or compiling the schedule raises."""
     with _LOCK:
-        rec = _CACHE.get(key) or _BY_TEXT.get(text)
-    if rec is None:
-        rec = recurrence_for(trigger_id, version, json.loads(text))
+        got = _BY_TEXT.get(text)
+        if got is not None:
+            _CACHE[(trigger_id, version)] = got[0]
+            if len(_CACHE) > _CACHE_MAX:
+                _CACHE.popitem(last=False)
+            return got
+    rec = recurrence_for(trigger_id, version, json.loads(text))
+    got = (rec, next_fn(rec))
     with _LOCK:
         if len(_BY_TEXT) >= _SPEC_MAX:
             _BY_TEXT.clear()
-        _BY_TEXT[text] = rec
-        _CACHE[key] = rec
-        if len(_CACHE) > _CACHE_MAX:
-            _CACHE.popitem(last=False)
-    return rec
+        _BY_TEXT[text] = got
+    return got
 
 
 def next_us(rec: Recurrence, after_us: int) -> int | None:

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from fireledger.definitions import NextFn, next_fn, recurrence_for_text, recurrence_of
+from fireledger.definitions import NextFn, next_fn, plan_for_text, recurrence_of
 from fireledger.domain.model import DueRow, Policies
 from fireledger.store import Store, is_database_error
 
@@ -72,13 +72,12 @@ class VersionPlans:
             return p
         got = read.get(key)
         if got is not None:
-            rec, policies = recurrence_for_text(trigger_id, version, got[0]), got[1]
+            p = Plan(got[1], plan_for_text(trigger_id, version, got[0])[1])
         else:
             v = self.store.registry.get_version(trigger_id, version)
             if v is None:
                 return None
-            rec, policies = recurrence_of(v), v.policies
-        p = Plan(policies, next_fn(rec))
+            p = Plan(v.policies, next_fn(recurrence_of(v)))
         if len(self.plans) >= self.limit:
             self.plans.clear()
         self.plans[key] = p
