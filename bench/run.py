@@ -24,6 +24,9 @@ Scenarios (``--quick`` forms in brackets):
   of 1 s for 60 s on SQLite ``serve``, PostgreSQL ``serve`` and PostgreSQL split planes (control + 2
   dispatch + 1 timing), against the bench sink and a standard-library ``ThreadingHTTPServer``
   (default backlog) [N = 300 on both ``serve`` forms, 15 s] (``bench/overload.py``; group ``overload``);
+* ``cost``           CPU-µs per delivered fire per plane and store work per fire (statements, rows
+  written, WAL bytes), priced per million fires: 1,000 fires/s for 10 s [5 s] on SQLite and
+  PostgreSQL, ``serve`` and split planes (``bench/cost.py``);
 * ``profile-burst-N`` a fireledger burst under py-spy: the top frames (``--profile``);
 * ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials (``--only components``).
 
@@ -48,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import BENCH, Sink, cpu_s, emit, machine, ratios, say
 
-ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "profile", "components")
+ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "cost", "profile", "components")
 DEFAULT_OFF = {"profile", "components"}   # opt in: --profile, --only components
 STEADY_P99_S = 1.0
 STEADY_TARGET = 5800
@@ -307,6 +310,11 @@ def main() -> int:
                 punctuality(sink, tmp, a.quick, systems)
             if "overload" in only and (systems is None or fl.SYSTEM in systems):
                 for line in overload.scenario(tmp, a.quick, topologies=topos):
+                    emit(line)
+            if "cost" in only and (systems is None or fl.SYSTEM in systems):
+                import cost
+
+                for line in cost.scenario(tmp, a.quick, sink=sink):
                     emit(line)
             if "profile" in only:
                 profile(sink, tmp, a.quick)

@@ -3,10 +3,12 @@ fresh directory on free ports (monitor, primary, synchronous standby), driven fr
 
 ``HaCluster.available()`` says whether pg_auto_failover is (or can be) installed here — the only
 reason a test that needs the cluster may skip. ``up()`` stands the cluster up and returns the
-multi-host URL; ``primary()`` asks the monitor which node is primary; ``lose_node(name)`` kills a
-node the way a machine is lost (``kill -9`` of its ``pg_autoctl`` supervisor, every process under
-it, and its postmaster, at once: a killed postmaster alone is restarted by its own keeper, on the
-same node); ``down()`` stops everything and deletes the directory.
+multi-host URL; ``primary()`` / ``secondary()`` ask the monitor which node is which;
+``lose_node(name)`` kills a node the way a machine is lost (``kill -9`` of its ``pg_autoctl``
+supervisor, every process under it, and its postmaster, at once: a killed postmaster alone is
+restarted by its own keeper, on the same node); ``rejoin()`` starts a lost node again (``up``: it
+rejoins as the standby and catches up); ``reached(name, states, after)`` reads the monitor's event
+log for when a node reported a state; ``down()`` stops everything and deletes the directory.
 """
 
 from __future__ import annotations
@@ -110,6 +112,32 @@ class HaCluster:
             if reported in ("primary", "wait_primary", "single") and assigned == reported:
                 return name
         return None
+
+    def secondary(self) -> str | None:
+        for name, (reported, assigned) in self.states().items():
+            if reported == "secondary" and assigned == reported:
+                return name
+        return None
+
+    def node_url(self, name: str) -> str:
+        """A URL of one data node (no ``target_session_attrs``: a standby answers read-only)."""
+        return f"postgresql://postgres@127.0.0.1:{self.ports[name]}/fireledger?connect_timeout=5"
+
+    def reached(self, name: str, states: tuple[str, ...], after: float) -> float | None:
+        """When (wall clock) the monitor first logged ``name`` reporting one of ``states`` after
+        ``after`` (pgautofailover.event); None if it has not."""
+        import psycopg
+
+        url = f"postgresql://autoctl_node@127.0.0.1:{self.ports['monitor']}/pg_auto_failover?connect_timeout=5"
+        with psycopg.connect(url, autocommit=True) as c:
+            row = c.execute("SELECT extract(epoch FROM min(eventtime)) FROM pgautofailover.event "
+                            "WHERE nodename = %s AND reportedstate::text = ANY(%s) AND eventtime > to_timestamp(%s)",
+                            (name, list(states), after)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def rejoin(self) -> None:
+        """Start every node that is not running (``up``) and wait for a primary and a secondary."""
+        self._run("up")
 
     def postmaster_pid(self, name: str) -> int:
         return int((self.dir / name / "postmaster.pid").read_text().splitlines()[0])

@@ -1,224 +1,271 @@
-"""``store-failover-primary-kill``: the PostgreSQL primary's machine is lost mid-run and
-pg_auto_failover promotes the synchronous standby (issue 16).
+"""``store-…`` scenarios: the PostgreSQL store under pg_auto_failover loses a node, or swaps its
+primary and standby, while fires flow (issue 16).
 
-Real processes throughout: a pg_auto_failover cluster on this machine (``scripts/ha-cluster.sh``:
-monitor, primary, synchronous standby; the monitor's health checks tightened so a lost node is
-failed over in seconds), ``fireledger control``, ``fireledger dispatch`` and two ``fireledger
-timing`` processes on the multi-host URL (``target_session_attrs=read-write``), and a real HTTP sink
-that records every delivery. Load: triggers of 1 s spread over three tenants sharing them, and one
-tenant with as many of its own (no jitter). Mid-run the primary's node is killed (``kill -9`` of its
-``pg_autoctl`` supervisor and its postmaster at once: a killed postmaster alone is restarted by its
-keeper on the same node, which is no failover).
+Real processes throughout (falsify/ha_load.py): a pg_auto_failover cluster on this machine (monitor,
+primary, synchronous standby; the monitor's health checks tightened so a lost node is acted on in
+seconds), ``fireledger control``, ``dispatch`` and two ``timing`` processes on the multi-host URL
+(``target_session_attrs=read-write``), a real HTTP sink that records every delivery. Load: triggers
+of 1 s over three tenants sharing them and one tenant with as many of its own (no jitter).
 
-Figures and what passing requires:
+Every scenario requires of the ledger read from the primary afterwards: every delivery the sink saw
+has its fire record (RPO 0 for anything dispatched), every instant of every trigger in the window has
+exactly one record, no delivery arrived before its instant, everything committed settled. Then:
 
-* ``deliveries_without_record`` = 0: every delivery the sink saw has its fire record on the promoted
-  primary (RPO 0 for anything dispatched: a fire is dispatched only after its commit, and a commit
-  returns only once the synchronous standby has it);
-* ``instants_without_record`` = 0 and ``instants_with_two_records`` = 0: every instant of every
-  trigger between the first instant after the warm-up and the last before the end has exactly one
-  record (instants of the outage are decided late, or by the missed-fire policy with their cause);
-* ``early_deliveries`` = 0 (arrival before the instant);
-* ``rto_decided_s``: kill → the first fire decided on the new primary (required ≤ 30 s; the seed
-  asks 5 min); ``rto_on_time_s``: kill → the first delivery within 1 s of its instant;
-* ``extra_attempts_per_fire``; the stores' role metrics before and after.
+* ``store-failover-primary-kill`` — the primary's node is lost (``kill -9`` of its ``pg_autoctl``
+  supervisor and its postmaster at once: a killed postmaster alone is restarted by its keeper, which
+  is no failover); the standby must be promoted and a fire decided on it within ``RTO_LIMIT_S`` of the
+  kill (``rto_decided_s``; the seed asks 5 min). Reported: ``promotion_s`` (kill → the monitor logs
+  the standby reporting ``wait_primary``/``primary``: the cluster's share of the RTO),
+  ``rto_on_time_s`` (the first delivery within 1 s of its instant), ``on_time_again_s`` (from which
+  instant on every delivery was within 1 s), ``backlog_drained_s``, ``extra_attempts_per_fire``.
+* ``store-failover-switchover`` — a planned ``pg_autoctl perform switchover``: no delivery more than
+  ``SWITCHOVER_LATE_LIMIT_S`` late, every instant of the window delivered, the other node primary
+  afterwards, and ``fireledger status`` reporting it synchronous with one more promotion.
+* ``store-standby-loss`` — the standby's node is lost: the primary stays primary, writes continue
+  (``write_stall_s`` — the longest gap between two decisions — within ``RTO_LIMIT_S``, and fires are
+  decided while replication is asynchronous), ``/metrics`` says so (``fireledger_store_sync_required``
+  0: async declared), the node is started again, rejoins, ``fireledger_store_synchronous`` is 1 again,
+  and the standby holds every fire of the primary (caught up).
 """
 
 from __future__ import annotations
 
-import tempfile
+import json
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from itertools import pairwise
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+from falsify.ha_load import Loaded, S, figures, finish, loaded_cluster, records_failures
+
 RTO_LIMIT_S = 30.0
-S = 1_000_000
+SWITCHOVER_LATE_LIMIT_S = 5.0
+PROMOTED = ("wait_primary", "primary")
 
 
-def _load(store: Any, sink: Any, shared: int, own: int) -> list[str]:
-    """Three tenants sharing ``shared`` triggers of 1 s, one tenant with ``own``; their trigger ids."""
-    from fireledger.clock import SystemClock
-    from fireledger.domain.model import Policies
-    from storekit import add_target, add_tenant, add_trigger
+def _unavailable() -> dict[str, Any] | None:
+    from hacluster import HaCluster
 
-    now = SystemClock().now().latest_us
-    ids = []
-    tenants = [add_tenant(store, f"shared{i}") for i in range(3)]
-    targets = [add_target(store, t, url=f"{sink.base_url}/ok", secret=SECRET) for t in tenants]
-    for i in range(shared):
-        t, tg = tenants[i % 3], targets[i % 3]
-        ids.append(add_trigger(store, t, tg, {"every": "1s"}, now_us=now, policies=Policies(timeout_s=5.0))[0].id)
-    big = add_tenant(store, "big")
-    big_target = add_target(store, big, url=f"{sink.base_url}/ok", secret=SECRET)
-    for _ in range(own):
-        ids.append(add_trigger(store, big, big_target, {"every": "1s"}, now_us=now,
-                               policies=Policies(timeout_s=5.0))[0].id)
-    return ids
+    reason = HaCluster.available()
+    return None if reason is None else {"passed": False, "error": reason}
 
 
-def _read_ledger(url: str) -> dict[str, Any]:
-    """Fires and attempts as the promoted primary holds them (a fresh connection on the URL)."""
-    import psycopg
+def _status(url: str) -> dict[str, Any]:
+    """``fireledger status --json``'s store section (a real CLI process)."""
+    from e2e import cli
 
-    with psycopg.connect(url, connect_timeout=10) as c:
-        fires = c.execute("SELECT tenant_id, trigger_id, scheduled_us, seq, state, cause, decided_us, attempts "
-                          "FROM fires").fetchall()
-        port = c.info.port
-    return {"fires": fires, "port": port}
+    return dict(json.loads(cli("status", "--db", url, "--json").stdout)["store"])
 
 
-def _wait_settled(url: str, timeout_s: float) -> bool:
-    import psycopg
-
-    from e2e import wait_until
-
-    def settled() -> bool:
-        try:
-            with psycopg.connect(url, connect_timeout=5) as c:
-                row = c.execute("SELECT COUNT(*) FROM fires WHERE state IN ('pending', 'dispatching')").fetchone()
-                return row is not None and row[0] == 0
-        except psycopg.Error:
-            return False
-
-    try:
-        wait_until(settled, timeout_s, "every committed fire to settle", interval_s=0.5)
-        return True
-    except TimeoutError:
-        return False
-
-
-def _figures(ledger: dict[str, Any], records: list[dict[str, Any]], killed_at: float,
-             window: tuple[float, float], triggers: list[str]) -> dict[str, Any]:
-    """The scenario's figures from the promoted primary's ledger and the sink's deliveries."""
-    from fireledger.domain.keys import FireKey
-
-    fires = ledger["fires"]
-    by_key = {(r[0], r[1], int(r[2]), int(r[3])): r for r in fires}
-    out: dict[str, Any] = {"fires": len(fires), "states": dict(Counter(r[4] for r in fires)),
-                           "causes": dict(Counter(r[5] for r in fires if r[5]))}
-    delivered_keys = []
-    early = 0
-    for rec in records:
-        k = FireKey.parse(rec["fire_key"])
-        delivered_keys.append((k.tenant_id, k.trigger_id, k.scheduled_us, k.seq))
-        if rec["arrived_at"] * S < k.scheduled_us:
-            early += 1
-    out["deliveries"] = len(records)
-    out["deliveries_without_record"] = sum(1 for k in set(delivered_keys) if k not in by_key)
-    out["early_deliveries"] = early
-    lo, hi = int(window[0] * S), int(window[1] * S)
-    per_instant = Counter((r[1], int(r[2])) for r in fires if lo <= int(r[2]) <= hi)
-    missing = 0
-    wanted = set(triggers)
-    grid: dict[str, list[int]] = {}
-    for (trig, at) in per_instant:
-        grid.setdefault(trig, []).append(at)
-    for trig in wanted:
-        ats = sorted(grid.get(trig, []))
-        if not ats:
-            missing += int((hi - lo) / S)
-            continue
-        # Each trigger's instants are 1 s apart: count the holes between its first and last in the window.
-        missing += sum((b - a) // S - 1 for a, b in pairwise(ats))
-    out["instants_checked"] = sum(per_instant.values())
-    out["instants_without_record"] = missing
-    out["instants_with_two_records"] = sum(1 for n in per_instant.values() if n > 1)
-    after = [int(r[6]) for r in fires if int(r[6]) > killed_at * S]
-    out["rto_decided_s"] = round((min(after) - killed_at * S) / S, 2) if after else None
-    on_time = [rec["arrived_at"] for rec in records if rec["arrived_at"] > killed_at
-               and rec["arrived_at"] * S - FireKey.parse(rec["fire_key"]).scheduled_us <= S]
-    out["rto_on_time_s"] = round(min(on_time) - killed_at, 2) if on_time else None
-    tail = sorted(rec["arrived_at"] - FireKey.parse(rec["fire_key"]).scheduled_us / S for rec in records
-                  if window[1] - 3 <= rec["arrived_at"] <= window[1])
-    out["lateness_at_end_p50_s"] = round(tail[len(tail) // 2], 3) if tail else None
-    before = sorted(rec["arrived_at"] - FireKey.parse(rec["fire_key"]).scheduled_us / S for rec in records
-                    if window[0] <= rec["arrived_at"] <= killed_at)
-    out["lateness_before_kill_p50_s"] = round(before[len(before) // 2], 3) if before else None
-    extra = [int(r[7]) - 1 for r in fires if r[4] == "delivered"]
-    out["extra_attempts_per_fire"] = round(sum(extra) / max(1, len(extra)), 4)
-    out["max_extra_attempts"] = max(extra, default=0)
-    out["duplicate_deliveries"] = sum(n - 1 for n in Counter(delivered_keys).values())
+def _verdict(out: dict[str, Any], failures: list[str]) -> dict[str, Any]:
+    out["failures"] = records_failures(out) + failures
+    out["passed"] = not out["failures"]
     return out
 
 
-def _judge(out: dict[str, Any]) -> list[str]:
+def primary_kill(shared: int, own: int, warmup_s: float, after_s: float) -> dict[str, Any]:
+    if (skip := _unavailable()) is not None:
+        return skip
+    with loaded_cluster(shared, own, warmup_s, "store-failover-") as run:
+        out = run.out
+        out["killed_node"] = run.cluster.primary()
+        killed_at = run.cluster.lose_node(str(out["killed_node"]))
+        end = killed_at + after_s
+        run.wait(end)
+        out["promoted"] = promoted = run.cluster.primary()
+        at = run.cluster.reached(str(promoted), PROMOTED, killed_at) if promoted else None
+        out["promotion_s"] = None if at is None else round(at - killed_at, 2)
+        fires = finish(run)
+        out.update(figures(fires, run.sink.records(), killed_at, (run.started + 2, end - 2), run.triggers))
+        out["logs_mention_store_loss"] = sum(p.log_text().count("store") for p in run.procs)
     failures = []
-    if out["deliveries_without_record"]:
-        failures.append(f"{out['deliveries_without_record']} deliveries have no record on the promoted primary")
-    if out["instants_without_record"]:
-        failures.append(f"{out['instants_without_record']} instants have no record")
-    if out["instants_with_two_records"]:
-        failures.append(f"{out['instants_with_two_records']} instants have two records")
-    if out["early_deliveries"]:
-        failures.append(f"{out['early_deliveries']} deliveries arrived before their instant")
     if out["rto_decided_s"] is None or out["rto_decided_s"] > RTO_LIMIT_S:
         failures.append(f"no fire decided on the new primary within {RTO_LIMIT_S} s ({out['rto_decided_s']})")
     if out.get("promoted") in (None, out.get("killed_node")):
         failures.append(f"the standby was not promoted (primary after: {out.get('promoted')})")
-    if not out.get("settled"):
-        failures.append("committed fires did not settle after the run")
+    return _verdict(out, failures)
+
+
+@dataclass
+class _Phase:
+    """One event of a run: its instant, the window of instants judged, its own figures, and what
+    is computed once the ledger is read (``settle(fires)``) and what it requires (``judge(out)``)."""
+
+    began: float
+    window: tuple[float, float]
+    out: dict[str, Any]
+    settle: Callable[[list[tuple[Any, ...]]], None]
+    judge: Callable[[dict[str, Any]], list[str]]
+
+
+def _switchover(run: Loaded, since: float, after_s: float) -> _Phase:
+    """``pg_autoctl perform switchover`` now; the run goes on ``after_s`` past its start."""
+    out: dict[str, Any] = {"primary_before": run.cluster.primary()}
+    began = time.time()
+    run.cluster.switchover()
+    out["switchover_s"] = round(time.time() - began, 2)   # the command, until primary + secondary again
+    end = began + after_s
+    run.wait(end)
+    out["primary_after"] = promoted = run.cluster.primary()
+    at = run.cluster.reached(str(promoted), PROMOTED, began) if promoted else None
+    out["promotion_s"] = None if at is None else round(at - began, 2)
+    return _Phase(began, (since + 2, end - 2), out, lambda fires: None, _switchover_failures)
+
+
+def _switchover_failures(out: dict[str, Any]) -> list[str]:
+    failures = []
+    if out["late_over_5s"] or out["max_lateness_s"] is None or out["max_lateness_s"] > SWITCHOVER_LATE_LIMIT_S:
+        failures.append(f"{out['late_over_5s']} deliveries more than {SWITCHOVER_LATE_LIMIT_S} s late "
+                        f"(max {out['max_lateness_s']} s)")
+    if out["undelivered_in_window"]:
+        failures.append(f"{out['undelivered_in_window']} fires of the window were not delivered")
+    if out.get("primary_after") in (None, out.get("primary_before")):
+        failures.append(f"the primary did not change ({out.get('primary_before')} → {out.get('primary_after')})")
+    st = out["status"]
+    if not (st["role"] == "primary" and st["synchronous"] and st["promotions"] >= 1):
+        failures.append(f"fireledger status after the switchover: {st}")
     return failures
 
 
-def primary_kill(shared: int, own: int, warmup_s: float, after_s: float) -> dict[str, Any]:
-    from e2e import Service, cli, wait_until
-    from fireledger.store import Store
-    from hacluster import HaCluster
-    from sink import SinkServer
+def _caught_up(cluster: Any, standby: str, url: str, timeout_s: float) -> bool:
+    """Whether the standby comes to hold as many fires as the primary (with the same latest
+    decision) within ``timeout_s``: nothing is being written any more when this is asked."""
+    import psycopg
 
-    reason = HaCluster.available()
-    if reason is not None:
-        return {"passed": False, "error": reason}
-    work = Path(tempfile.mkdtemp(prefix="store-failover-"))
-    cluster = HaCluster()
-    sink = SinkServer(secrets=[SECRET])
-    sink.start_in_thread()
-    procs: list[Any] = []
-    out: dict[str, Any] = {"triggers": shared + own}
-    try:
-        t0 = time.monotonic()
-        url = cluster.up()
-        out["cluster_up_s"] = round(time.monotonic() - t0, 1)
-        cli("db", "upgrade", "--db", url)
-        store = Store.open(url)
+    from e2e import wait_until
+
+    sql = "SELECT count(*), max(decided_us) FROM fires"
+
+    def same() -> bool:
         try:
-            triggers = _load(store, sink, shared, own)
-        finally:
-            store.close()
-        env = {"FIRELEDGER_KEYRING": str(work / "keys.json")}
-        control = Service(url, work, command="control", env=env).start(timeout_s=60)
-        procs += [control, Service(url, work, command="dispatch", env=env).start()]
-        procs += [Service(url, work, command="timing", env=env).start() for _ in range(2)]
-        wait_until(lambda: len(sink.records()) >= len(triggers), 60, "deliveries to flow", interval_s=0.2)
-        start = time.time()
-        wait_until(lambda: time.time() >= start + warmup_s, warmup_s + 5, "the warm-up", interval_s=0.2)
-        out["killed_node"] = cluster.primary()
-        killed_at = cluster.lose_node(str(out["killed_node"]))
-        end = killed_at + after_s
-        wait_until(lambda: time.time() >= end, after_s + 5, "the run after the kill", interval_s=0.2)
-        out["promoted"] = cluster.primary()
-        for p in procs[2:]:
-            p.stop()   # the timing processes: nothing new is decided; dispatch settles what is committed
-        out["settled"] = _wait_settled(url, 60)
-        ledger = _read_ledger(url)
-        out.update(_figures(ledger, sink.records(), killed_at, (start + 2, end - 2), triggers))
-        out["logs_mention_store_loss"] = sum(p.log_text().count("store") for p in procs)
-    finally:
-        for p in procs:
-            p.stop()
-        sink.stop()
-        cluster.down()
-    out["failures"] = _judge(out)
+            with psycopg.connect(url) as p, psycopg.connect(cluster.node_url(standby)) as s:
+                return bool(p.execute(sql).fetchone() == s.execute(sql).fetchone())
+        except psycopg.Error:
+            return False
+
+    try:
+        return bool(wait_until(same, timeout_s, "the standby to catch up", interval_s=0.5))
+    except TimeoutError:
+        return False
+
+
+def _standby_loss(run: Loaded, since: float, lost_s: float, after_s: float) -> _Phase:
+    """Lose the standby's node now, start it again ``lost_s`` later; the run goes on ``after_s``
+    past the restart."""
+    from e2e import wait_until
+
+    watch = run.watch
+    standby = run.cluster.secondary()
+    out: dict[str, Any] = {"primary_before": run.cluster.primary(), "lost_node": standby,
+                           "synchronous_before": watch.last("fireledger_store_synchronous")}
+    killed_at = run.cluster.lose_node(str(standby))
+    run.wait(killed_at + lost_s)
+    rejoin_at = time.time()
+    run.cluster.rejoin()
+    out["rejoin_s"] = round(time.time() - rejoin_at, 2)   # `up`: started, caught up, secondary again
+    try:
+        wait_until(lambda: watch.first(rejoin_at, "fireledger_store_synchronous", 1.0), 30,
+                   "/metrics to say synchronous again", interval_s=0.25)
+    except TimeoutError:
+        pass
+    end = rejoin_at + after_s
+    run.wait(end)
+    out["primary_after"] = run.cluster.primary()
+    async_at = watch.first(killed_at, "fireledger_store_sync_required", 0.0)
+    out["not_synchronous_after_s"] = _since(watch.first(killed_at, "fireledger_store_synchronous", 0.0), killed_at)
+    out["async_declared_after_s"] = _since(async_at, killed_at)
+    out["synchronous_again_after_rejoin_s"] = _since(watch.first(rejoin_at, "fireledger_store_synchronous", 1.0),
+                                                     rejoin_at)
+
+    def settle(fires: list[tuple[Any, ...]]) -> None:
+        lo, hi = (async_at or rejoin_at) * S, rejoin_at * S
+        out["decided_while_async"] = sum(1 for r in fires if lo < int(r[6]) < hi)
+        out["standby_caught_up"] = _caught_up(run.cluster, str(standby), run.url, 60)
+
+    return _Phase(killed_at, (since + 2, end - 2), out, settle, _standby_failures)
+
+
+def _run_phases(run: Loaded, phases: list[_Phase]) -> dict[str, Any]:
+    """Read the ledger once the phases ran; each phase's figures and failures (a list when several)."""
+    fires = finish(run)
+    records = run.sink.records()
+    status = _status(run.url)
+    done = []
+    for ph in phases:
+        ph.settle(fires)
+        ph.out.update(figures(fires, records, ph.began, ph.window, run.triggers))
+        ph.out["status"] = status
+        ph.out["settled"] = run.out["settled"]
+        ph.out["failures"] = records_failures(ph.out) + ph.judge(ph.out)
+        done.append(ph.out)
+    return {**run.out, **done[0]} if len(done) == 1 else {**run.out, "phases": done,
+                                                           "failures": [f for d in done for f in d["failures"]]}
+
+
+def switchover(shared: int, own: int, warmup_s: float, after_s: float) -> dict[str, Any]:
+    if (skip := _unavailable()) is not None:
+        return skip
+    with loaded_cluster(shared, own, warmup_s, "store-switchover-") as run:
+        out = _run_phases(run, [_switchover(run, run.started, after_s)])
     out["passed"] = not out["failures"]
     return out
+
+
+def standby_loss(shared: int, own: int, warmup_s: float, lost_s: float, after_s: float) -> dict[str, Any]:
+    if (skip := _unavailable()) is not None:
+        return skip
+    with loaded_cluster(shared, own, warmup_s, "store-standby-loss-") as run:
+        out = _run_phases(run, [_standby_loss(run, run.started, lost_s, after_s)])
+    out["passed"] = not out["failures"]
+    return out
+
+
+def standby_loss_then_switchover(shared: int, own: int) -> dict[str, Any]:
+    """The quick form of both planned-and-standby scenarios on one cluster (``make test``): the
+    standby lost and back, then a switchover, each judged as its own scenario on its own window."""
+    if (skip := _unavailable()) is not None:
+        return skip
+    with loaded_cluster(shared, own, 3.0, "store-standby-switchover-") as run:
+        first = _standby_loss(run, run.started, 6.0, 3.0)
+        second = _switchover(run, time.time(), 8.0)
+        out = _run_phases(run, [first, second])
+    out["passed"] = not out["failures"]
+    return out
+
+
+def _since(at: float | None, since: float) -> float | None:
+    return None if at is None else round(at - since, 2)
+
+
+def _standby_failures(out: dict[str, Any]) -> list[str]:
+    failures = []
+    if out.get("primary_after") != out.get("primary_before"):
+        failures.append(f"the primary changed ({out.get('primary_before')} → {out.get('primary_after')})")
+    if out["synchronous_before"] != 1.0:
+        failures.append(f"/metrics did not say synchronous before the loss ({out['synchronous_before']})")
+    if out["async_declared_after_s"] is None:
+        failures.append("/metrics never said that commits stopped waiting for a standby (async not declared)")
+    if not out.get("decided_while_async"):
+        failures.append("no fire was decided while replication was asynchronous: writes did not continue")
+    if out["write_stall_s"] > RTO_LIMIT_S:
+        failures.append(f"writes stalled for {out['write_stall_s']} s (limit {RTO_LIMIT_S} s)")
+    if out["synchronous_again_after_rejoin_s"] is None:
+        failures.append("/metrics never said synchronous again after the standby rejoined")
+    if not out.get("standby_caught_up"):
+        failures.append("the rejoined standby does not hold every fire of the primary")
+    if out["undelivered_in_window"]:
+        failures.append(f"{out['undelivered_in_window']} fires of the window were not delivered")
+    if not (out["status"]["synchronous"] and out["status"]["role"] == "primary"):
+        failures.append(f"fireledger status after the rejoin: {out['status']}")
+    return failures
 
 
 def scenarios(quick: bool) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
     if quick:
         yield "store-failover-primary-kill", lambda: primary_kill(30, 30, 3.0, 20.0)
+        yield "store-failover-switchover", lambda: switchover(30, 30, 3.0, 15.0)
+        yield "store-standby-loss", lambda: standby_loss(30, 30, 3.0, 8.0, 8.0)
     else:
         yield "store-failover-primary-kill", lambda: primary_kill(300, 300, 20.0, 60.0)
+        yield "store-failover-switchover", lambda: switchover(300, 300, 20.0, 60.0)
+        yield "store-standby-loss", lambda: standby_loss(300, 300, 20.0, 30.0, 30.0)

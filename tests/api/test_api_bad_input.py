@@ -48,6 +48,10 @@ BAD_TRIGGER_FIELDS: list[tuple[dict[str, Any], str]] = [
     ({"schedule": {"cron": "0 0 30 2 *", "zone": "UTC"}}, "schedule.cron"),
     ({"schedule": {"cron": "", "zone": "UTC"}}, "schedule.cron"),
     ({"schedule": {"cron": 5}}, "schedule.cron"),
+    ({"schedule": {"cron": "0 0 9 1 1 ? 2300", "zone": "UTC"}}, "schedule.cron"),   # year out of range
+    ({"schedule": {"cron": "0 9 W * ?", "zone": "UTC"}}, "schedule.cron"),          # W without a day
+    ({"schedule": {"cron": "0 9 ? * ?", "zone": "UTC"}}, "schedule.cron"),          # ? in both day fields
+    ({"schedule": {"cron": "0 0 9 29 2 ? 2100", "zone": "UTC"}}, "schedule.cron"),  # no 29 Feb in 2100
     ({"schedule": {"cron": "0 9 * * *", "zone": "Europe/Atlantis"}}, "schedule.zone"),
     ({"schedule": {"cron": "0 9 * * *", "zone": ["UTC"]}}, "schedule.zone"),
     ({"schedule": {"cron": "0 9 * * *", "every": "1m"}}, "schedule"),

@@ -15,7 +15,7 @@ from fireledger.domain.keys import FireKey, new_id
 from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Target
 from fireledger.security.envelope import cipher_for, open_secret, sealed_target
 from fireledger.store import OutcomeRejected
-from storekit import T0, add_target, add_tenant, add_trigger, open_store
+from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
 MARGIN = 5 * S
@@ -310,52 +310,67 @@ def test_tenants_at_their_in_flight_quota_do_not_crowd_the_window(store):
     assert [f.tenant_id for f in rec.snapshot.candidates["on-time"]] == [ok.id]   # … then it is held
 
 
-def test_a_ranking_cache_serves_several_rounds_in_the_same_fair_order(tmp_path):
-    """SQLite: with a RankCache a large backlog is ranked once for many rounds, and the rounds lease
-    exactly the fires, each once, in the fair order one uncached ranking gives."""
-    from fireledger.domain.dispatch_records import RankCache
-
-    s = open_store("sqlite", tmp_path, None)
-    a = add_tenant(s, "a")
-    b = add_tenant(s, "b")
+def test_successive_small_claims_lease_the_backlog_once_each_and_fairly(store):
+    """Rounds that each offer a small window (the bounded read, decision 0130) lease every fire of
+    a backlog exactly once, oldest first within each trigger, and every round serves both tenants
+    (the fair order is computed afresh at each claim: no order is kept between claims)."""
+    a = add_tenant(store, "a")
+    b = add_tenant(store, "b")
+    trigs: list = []
     for t in (a, a, b):
-        trig = add_trigger(s, t, add_target(s, t), {"every": "60s"})[0]
-        put_fires(s, trig, [T0 + k * S for k in range(20)])
+        trig = add_trigger(store, t, add_target(store, t), {"every": "60s"})[0]
+        put_fires(store, trig, [T0 + k * S for k in range(20)])
+        trigs.append(trig)
+    now = T0 + 100 * S
+    leased = []
+    for i in range(12):
+        res = store.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN)
+        got = [(j.job.fire.tenant_id, j.job.fire.trigger_id, j.job.fire.scheduled_us) for j in res.jobs]
+        assert len(got) == 5
+        if i < 7:   # round-robin across tenants while both have fires left (b, half the fires, drains first)
+            assert {t for t, _, _ in got} == {a.id, b.id}
+        leased += got
+    assert len(leased) == len(set(leased)) == 60
+    for trig in trigs:
+        mine = [us for _, tr, us in leased if tr == trig.id]
+        assert mine == [T0 + k * S for k in range(20)]
+    assert store.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN).jobs == []
+
+
+def test_a_fire_committed_between_claims_is_offered_at_the_next_claim(store):
+    """No order is kept between claims: the oldest fire, committed after a claim, is offered first
+    by the next one."""
+    a = add_tenant(store, "a")
+    trig = add_trigger(store, a, add_target(store, a), {"every": "60s"})[0]
+    put_fires(store, trig, [T0 + k * S for k in range(50)])
+    now = T0 + 100 * S
+    assert len(store.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN).jobs) == 5
+    late = add_trigger(store, a, add_target(store, a), {"every": "60s"})[0]
+    put_fires(store, late, [T0])   # the oldest instant of all, committed after that claim
+    got = store.dispatch.claim_shaped(now + 1, "d", {"on-time": 1}, shaper(), MARGIN)
+    assert [(j.job.fire.trigger_id, j.job.fire.scheduled_us) for j in got.jobs] == [(late.id, T0)]
+
+
+def test_with_more_tenants_than_a_claim_takes_every_tenant_is_reached_in_rotation(store, monkeypatch):
+    """A claim takes at most ``claim_sql.TENANTS`` tenants with due work; the next claims start
+    where it stopped, so every tenant is offered within a few claims, none twice before all once."""
+    from fireledger.store import claim_sql
+
+    monkeypatch.setattr(claim_sql, "TENANTS", 3)
+    tenants = [add_tenant(store, f"t{i}") for i in range(7)]
+    for t in tenants:
+        put_fires(store, add_trigger(store, t, add_target(store, t), {"every": "60s"})[0], [T0, T0 + S])
     now = T0 + 100 * S
     rec = Recorder()
-    s.dispatch.claim_shaped(now, "d", {"on-time": 100}, rec, MARGIN)
-    fair = [(f.trigger_id, f.scheduled_us) for f in rec.snapshot.candidates["on-time"]]
-    assert len(fair) == 60
-    cache = RankCache(max_age_us=10 * S, depth=1000)
-    leased = []
-    for _ in range(12):
-        res = s.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN, cache)
-        leased += [(j.job.fire.trigger_id, j.job.fire.scheduled_us) for j in res.jobs]
-    assert cache.rankings == 1   # twelve rounds, one ranking
-    assert leased == fair
-    assert s.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN, cache).jobs == []
-    s.close()
-
-
-def test_ranking_cache_bounds_staleness_for_fires_committed_after_the_ranking(tmp_path):
-    from fireledger.domain.dispatch_records import RankCache
-
-    s = open_store("sqlite", tmp_path, None)
-    a = add_tenant(s, "a")
-    trig = add_trigger(s, a, add_target(s, a), {"every": "60s"})[0]
-    put_fires(s, trig, [T0 + k * S for k in range(50)])
-    cache = RankCache(max_age_us=2 * S, depth=1000)
-    now = T0 + 100 * S
-    first = s.dispatch.claim_shaped(now, "d", {"on-time": 5}, shaper(), MARGIN, cache)
-    assert len(first.jobs) == 5 and cache.rankings == 1
-    late = add_trigger(s, a, add_target(s, a), {"every": "60s"})[0]
-    put_fires(s, late, [T0])   # the oldest instant of all, committed after the ranking
-    got = s.dispatch.claim_shaped(now + S, "d", {"on-time": 5}, shaper(), MARGIN, cache)
-    assert late.id not in {j.job.fire.trigger_id for j in got.jobs} and cache.rankings == 1
-    got = s.dispatch.claim_shaped(now + 3 * S, "d", {"on-time": 5}, shaper(), MARGIN, cache)   # order now stale
-    assert cache.rankings == 2
-    assert late.id in {j.job.fire.trigger_id for j in got.jobs}
-    s.close()
+    seen = []
+    for _ in range(3):
+        store.dispatch.claim_shaped(now, "d", {"on-time": 100}, rec, MARGIN)
+        offered = {f.tenant_id for f in rec.snapshot.candidates["on-time"]}
+        assert len(offered) <= 3 and len(rec.snapshot.candidates["on-time"]) == 2 * len(offered)
+        seen.append(offered)
+    assert set().union(*seen) == {t.id for t in tenants} and not seen[0] & seen[1]
+    # The third claim takes the one tenant not yet offered, then wraps round to the first ones.
+    assert len(seen[2]) == 3 and len(seen[2] - seen[0] - seen[1]) == 1
 
 
 def test_settling_a_batch_with_one_lost_lease_settles_the_others_and_refuses_that_one(store):

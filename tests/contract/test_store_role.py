@@ -18,7 +18,8 @@ def test_role_of_each_engine(store):
         # The test server is a lone primary: no standby, so commits do not wait for one.
         assert got.role == "primary"
         assert got.timeline >= 1
-        assert got.sync_standbys == 0 and got.synchronous is False
+        assert got.sync_standbys == 0 and got.synchronous is False and got.sync_required is False
+        assert got.promotions == got.timeline - 1 == got.as_dict()["promotions"]
         assert got.server.endswith(f":{store.engine.url.split(':')[-1].split('/')[0]}")
 
 
@@ -39,6 +40,7 @@ def test_metrics_expose_the_role(store):
     assert 'fireledger_store_role{role="unreachable"} 0.0' in text
     assert "fireledger_store_failovers_total 0.0" in text
     assert "fireledger_store_synchronous 0.0" in text
+    assert "fireledger_store_sync_required 0.0" in text
 
 
 def test_unreachable_store_reads_as_unreachable(pg_server):

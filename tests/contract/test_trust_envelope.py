@@ -127,3 +127,33 @@ def test_kek_sources(store, tmp_path, monkeypatch):
     with pytest.raises(KekError, match="no key-encryption key"):
         load_kek(store)
     assert not named.exists()
+
+
+def test_opened_payloads_are_served_only_while_the_tenant_key_is_fresh(store):
+    """Decision 0138: what was opened is kept by exact ciphertext beside the tenant's data key and
+    served only while that key is cached and fresh — a deletion stops it within the key cache's bound."""
+    a = add_tenant(store)
+    cipher_for(store)._kek = KEK
+    tg = store.registry.get_target(a.id, add_target(store, a).id)
+    assert tg is not None
+    c = PayloadCipher(store, KEK)   # "another process": the deletion below does not tell it
+    blob = c.seal(a.id, "tr_1", 2, SENTINEL)
+    assert c.opened_cached(a.id, "tr_1", 2, blob) is None              # nothing opened yet
+    assert c.open(a.id, "tr_1", 2, blob) == SENTINEL
+    secret = c.open_secret(a.id, tg.id, tg.secret)
+    assert c.opened_cached(a.id, "tr_1", 2, blob, tg.id, tg.secret) == (SENTINEL, secret)
+    tampered = blob[:-1] + bytes([blob[-1] ^ 1])
+    assert c.opened_cached(a.id, "tr_1", 2, tampered) is None          # other bytes: opened afresh, refused
+    with pytest.raises(PayloadUnreadable, match="does not authenticate"):
+        c.open(a.id, "tr_1", 2, tampered)
+    assert c.opened_cached(a.id, "tr_9", 2, blob) is None              # bound to the trigger as the AD is
+    assert c.opened_cached(a.id, "tr_1", 2, blob, tg.id, "flsec1.other") is None
+    delete_tenant(store, a.id, "operator", T0)
+    assert c.opened_cached(a.id, "tr_1", 2, blob) == (SENTINEL, None)   # as the cached key: until it lapses
+    key, _ = c._keys[a.id]
+    c._keys[a.id] = (key, 0.0)                   # its cached key lapses (KEY_CACHE_S later)
+    assert c.opened_cached(a.id, "tr_1", 2, blob) is None
+    with pytest.raises(PayloadUnreadable, match="destroyed"):
+        c.open(a.id, "tr_1", 2, blob)
+    c.forget(a.id)
+    assert not c._opened                          # forgotten with the key

@@ -41,6 +41,12 @@ GOOD: dict[str, list[str]] = {
     "table-fold": ["--expr", "30 * * * *", "--zone", "Europe/London", "--from", "2026-10-24T23:00:00Z",
                    "--count", "3"],
     "end-of-calendar": ["--every", "90s", "--from", "9999-12-31T23:59:00Z", "--json"],
+    # Quartz W, ? and the year (decision 0143); --explain (decision 0144).
+    "json-quartz-w-year": ["--expr", "0 30 2 27W 3 ? 2026,2027", "--zone", "Asia/Jerusalem", "--from",
+                           "2026-01-01T00:00:00Z", "--count", "5", "--json"],
+    "explain-json": ["--expr", "0 30 1 * * *", "--zone", "Europe/London", "--from", "2026-01-01T00:00:00Z",
+                     "--count", "1", "--json", "--explain"],
+    "explain-table": ["--expr", "0 9 15W * ?", "--from", "2026-01-01T00:00:00Z", "--count", "2", "--explain"],
 }
 
 BAD: dict[str, tuple[list[str], str]] = {
@@ -49,6 +55,9 @@ BAD: dict[str, tuple[list[str], str]] = {
     "bad-expr-never": (["--expr", "0 0 30 2 *"], "never matches"),
     "bad-expr-unicode-digit": (["--expr", "² * * * *"], "minute: '²' is not a number"),
     "bad-expr-name-L": (["--expr", "0 0 * * MONL"], "day-of-week"),
+    "bad-expr-year": (["--expr", "0 0 0 1 1 ? 2300"], "--expr: year: 2300 is out of range 1970-2199"),
+    "bad-expr-w": (["--expr", "0 0 W * ?"], "--expr: day-of-month: W: W needs a day number"),
+    "bad-expr-two-?": (["--expr", "0 0 ? * ?"], "--expr: day-of-week: ? in both day fields"),
     "bad-zone": (["--expr", "* * * * *", "--zone", "Mars/Base"], "--zone: 'Mars/Base' is not an IANA zone"),
     "bad-from": (["--expr", "* * * * *", "--from", "yesterday"], "--from: 'yesterday' is not an RFC 3339"),
     "bad-from-naive": (["--expr", "* * * * *", "--from", "2026-01-01T00:00:00"], "--from:"),
@@ -139,6 +148,31 @@ def test_table_shows_dst_notes(runs: dict[str, Run]) -> None:
     assert "DST fold" not in gap.out
     assert "2026-10-25T00:30:00Z" in fold.out and "DST fold" in fold.out
     assert "2026-10-25T01:30:00Z" not in fold.out
+
+
+def test_quartz_w_and_year_through_the_cli(runs: dict[str, Run]) -> None:
+    # 27W in March: Friday 2026-03-27 and Friday 2027-03-26, both in Jerusalem's Friday gap; then the
+    # years are over and the schedule has no further instant.
+    data = _json(runs["json-quartz-w-year"])
+    assert [(d["instant"], d.get("dst")) for d in data] == [("2026-03-27T00:00:00Z", "gap"),
+                                                             ("2027-03-26T00:00:00Z", "gap")]
+
+
+def test_explain(runs: dict[str, Run]) -> None:
+    run = runs["explain-json"]
+    assert run.code == 0, run.err
+    data = json.loads(run.out)
+    assert data["explanation"] == (
+        "At 01:30 every day, in Europe/London; DST: clocks go forward on 2026-03-29, 01:00-02:00 does not "
+        "exist and it has wall times in that gap, which fire once at the jump (2026-03-29T01:00:00Z); clocks "
+        "go back on 2026-10-25, 01:00-02:00 occurs twice and it has wall times in it, which fire on their "
+        "first pass only")
+    assert [d["instant"] for d in data["instants"]] == ["2026-01-01T01:30:00Z"]
+    table = runs["explain-table"]
+    assert table.code == 0, table.err
+    assert table.out.startswith("At 09:00 on the weekday (Monday to Friday) nearest the 15th of the month "
+                                "(within the month), in UTC; DST: UTC has no clock change")
+    assert "2026-01-15T09:00:00Z" in table.out and "2026-02-16T09:00:00Z" in table.out
 
 
 def test_end_of_calendar_is_not_a_crash(runs: dict[str, Run]) -> None:

@@ -1,7 +1,10 @@
-"""``make test`` runs the quick form of ``store-failover-primary-kill`` (issue 16): a pg_auto_failover
-cluster on this machine, control + dispatch + two timing processes on its multi-host URL, one kill
-of the primary's node. Skipped only when pg_auto_failover cannot be installed here (the reason is
-the skip message); the full form runs in ``make falsify``."""
+"""``make test`` runs quick forms of the ``store-…`` scenarios (issue 16) on pg_auto_failover clusters
+on this machine, with control + dispatch + two timing processes on the multi-host URL: one kill of the
+primary's node (``store-failover-primary-kill``), and — on one cluster, to keep ``make test`` short —
+the standby lost and back, then a planned switchover (``store-standby-loss``,
+``store-failover-switchover``), each judged as its scenario judges it. Skipped only when
+pg_auto_failover cannot be installed here (the reason is the skip message); the full forms run in
+``make falsify``."""
 
 from __future__ import annotations
 
@@ -10,18 +13,42 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
-def test_primary_kill_quick_form():
-    from falsify.scenarios.store_failover import RTO_LIMIT_S, scenarios
-
+def _need_cluster() -> None:
     from hacluster import HaCluster
 
     reason = HaCluster.available()
     if reason is not None:
         pytest.skip(reason)
-    [(name, fn)] = list(scenarios(quick=True))
+
+
+def test_primary_kill_quick_form():
+    from falsify.scenarios.store_failover import RTO_LIMIT_S, scenarios
+
+    _need_cluster()
+    name, fn = next(iter(scenarios(quick=True)))
     res = fn()
     assert res["passed"], (res.get("failures") or res.get("error"), res)
     assert name == "store-failover-primary-kill"
     assert res["deliveries_without_record"] == 0 and res["early_deliveries"] == 0
     assert res["promoted"] != res["killed_node"]
     assert res["rto_decided_s"] is not None and res["rto_decided_s"] <= RTO_LIMIT_S
+
+
+def test_standby_loss_then_switchover_quick_form():
+    from falsify.scenarios.store_failover import SWITCHOVER_LATE_LIMIT_S, standby_loss_then_switchover
+
+    _need_cluster()
+    res = standby_loss_then_switchover(30, 30)
+    assert res["passed"], (res.get("failures") or res.get("error"), res)
+    lost, switched = res["phases"]
+    # The standby lost: the primary stays, /metrics declares async, writes go on, it rejoins in sync.
+    assert lost["primary_after"] == lost["primary_before"] and lost["async_declared_after_s"] is not None
+    assert lost["decided_while_async"] > 0 and lost["standby_caught_up"]
+    assert lost["synchronous_again_after_rejoin_s"] is not None
+    # The switchover: the other node is primary, nothing later than the limit, nothing lost.
+    assert switched["primary_after"] != switched["primary_before"]
+    assert switched["max_lateness_s"] <= SWITCHOVER_LATE_LIMIT_S and switched["undelivered_in_window"] == 0
+    assert switched["status"]["synchronous"] and switched["status"]["promotions"] >= 1
+    for phase in (lost, switched):
+        assert phase["deliveries_without_record"] == 0 and phase["early_deliveries"] == 0
+        assert phase["instants_without_record"] == 0 and phase["instants_with_two_records"] == 0

@@ -171,20 +171,25 @@ def test_a_tenant_within_its_quota_is_not_delayed_by_one_over_it(store: Store, s
     assert late == 0   # dispatched at the first claim after they were due (the clock did not move)
 
 
-def _loops(plan: Any, kind: str) -> list[int]:
-    """The ``Actual Loops`` of every node of ``kind`` in an EXPLAIN (ANALYZE, FORMAT JSON) plan."""
-    out = [int(plan["Actual Loops"])] if plan.get("Node Type") == kind else []
+def _scanned(plan: Any) -> list[tuple[str, int]]:
+    """(node type, rows it read: returned + removed by a filter, over all loops) of every scan node
+    of an EXPLAIN (ANALYZE, FORMAT JSON) plan."""
+    out = []
+    if "Scan" in plan.get("Node Type", ""):
+        read = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+        out.append((plan["Node Type"], read * int(plan.get("Actual Loops", 1))))
     for child in plan.get("Plans", []):
-        out += _loops(child, kind)
+        out += _scanned(child)
     return out
 
 
-def test_the_postgres_claim_ranks_the_backlog_once_whatever_the_statistics(store: Store, sink: SinkServer) -> None:
+def test_the_postgres_claim_reads_a_bounded_batch_whatever_the_statistics(store: Store, sink: SinkServer) -> None:
     """Counted, not timed: with 600 due fires on a ``fires`` table the planner has no statistics for
-    (autovacuum off, never analysed — a fresh database, as in the bench), the claim query computes
-    the fair ranking once (every window aggregate runs one loop) and locks at most ``limit`` rows."""
+    (autovacuum off, never analysed — a fresh database, as in the bench), the claim's statements
+    (decision 0130) scan a bounded number of rows: the tenant walk a few index entries, the fire
+    read at most ``limit`` rows of the tenant's index, and it locks ``limit`` rows."""
     if store.engine_name != "postgres":
-        pytest.skip("PostgreSQL's claim query (SQLite ranks outside the write transaction)")
+        pytest.skip("PostgreSQL's plans (SQLite has its own count in tests/contract/test_claim_is_bounded.py)")
     start = _origin()
     clock = FakeClock(start)
     with store.engine.write() as c:
@@ -194,11 +199,17 @@ def test_the_postgres_claim_ranks_the_backlog_once_whatever_the_statistics(store
     clock.set(first)
     assert _commit(store, clock) == 600
     limit = 128
+    plans = {}
     with store.engine.write() as c:
-        row = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store.q["dp_candidates"],
-                        {"lane": "on-time", "now_us": first, "limit": limit}).fetchone()
-    doc = row[0] if not isinstance(row[0], str) else json.loads(row[0])
-    plan = doc[0]["Plan"]
-    windows = _loops(plan, "WindowAgg")
-    assert windows and max(windows) == 1, f"the ranking ran {max(windows)} times in one claim"
-    assert plan["Actual Rows"] == limit
+        for name, params in (("dp_claim_tenants", {"lane": "on-time", "now_us": first, "start": "", "stop": "",
+                                                   "scan": 257}),
+                             ("dp_claim_fires", {"lane": "on-time", "now_us": first,
+                                                 "batch": json.dumps([[t.id, limit]])})):
+            row = c.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store.q[name], params).fetchone()
+            doc = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+            plans[name] = doc[0]["Plan"]
+    walk = _scanned(plans["dp_claim_tenants"])
+    assert walk and max(n for _, n in walk) <= 4, f"the tenant walk scanned {walk}"
+    read = _scanned(plans["dp_claim_fires"])
+    assert read and max(n for _, n in read) <= limit, f"the fire read scanned {read}"
+    assert plans["dp_claim_fires"]["Actual Rows"] == limit

@@ -1,7 +1,7 @@
 """The dispatch plane against the standard library's HTTP server with its default accept backlog (5),
 on both stores (issue 15): 300 fires due at once through the real dispatcher are all delivered, none
 ``unknown``, and the receiver never had to hold more connections than the origin's adaptive limit
-allows. Real SQLite/PostgreSQL, real timing loop, real HTTP."""
+allows (the limit is the tenant's, per endpoint: decision 0133). Real SQLite/PostgreSQL, real timing loop, real HTTP."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_300_fires_due_at_once_reach_a_backlog_of_5_receiver_none_unknown(store)
                     await d.flush()
                     clock.advance(S // 10)   # retries (if any) become due
                 assert d.sender is not None
-                return d.delivered, d.sender.origin_limit(f"{rx.base_url}/hook")
+                return d.delivered, d.sender.origin_limit(f"{rx.base_url}/hook", t.id)
 
         started = time.monotonic()
         delivered, limit = asyncio.run(drain())

@@ -539,7 +539,18 @@ def test_serve_skip_overlap_with_a_silent_target_ends_unknown_and_resumes_after_
         stated = went["cause"].split("end of its window (")[1].split(")")[0]
         assert abs(ts(stated) - window_end) < 1e-5
         assert ts(went["scheduled_instant"]) <= window_end + 2     # within one interval of the window end
-        assert any(r["fire_key"] == went["key"] for r in sink.records())   # really sent
+        # Really sent. ``dispatched_at`` is written by the claim, before the request is built and
+        # written, so the sink may not have it yet: wait for the attempt to end (at its 1 s
+        # timeout). An attempt recorded ``unknown`` must have been written (invariant 9).
+        def went_attempt():
+            for f in api.ok("GET", f"/v1/triggers/{tid}/fires?limit=1000")["items"]:
+                if f["key"] == went["key"] and f["attempts"] and f["attempts"][0]["finished_at"]:
+                    return f["attempts"][0]
+            return None
+
+        attempt = wait_until(went_attempt, 10, "the dispatched fire's attempt to end")
+        assert attempt["result"] == "unknown", attempt
+        assert any(r["fire_key"] == went["key"] and r["attempt"] == attempt["attempt"] for r in sink.records())
     finally:
         svc.stop()
         sink.stop()

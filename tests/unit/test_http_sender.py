@@ -730,15 +730,15 @@ def test_a_slot_granted_to_a_waiter_cancelled_before_it_ran_is_given_back() -> N
     async def main() -> None:
         loop = asyncio.get_running_loop()
         pool = Pool(loop, limit=1, limit_per_host=0, policy=EgressPolicy(allow_private=True), ssl_context=None)
-        origin = ("http", "127.0.0.1", 9)
-        pool._take(origin)   # the one slot is in use
-        waiter = asyncio.create_task(pool._wait_slot(origin, loop.time() + 5))
+        flow = ("tn_a", ("http", "127.0.0.1", 9), "/hook")   # slots are per flow (decision 0133)
+        pool._take(flow)   # the one slot is in use
+        waiter = asyncio.create_task(pool._wait_slot(flow, loop.time() + 5))
         await asyncio.sleep(0)   # the waiter queues
-        pool._give_back(origin)   # hands the slot to the waiter...
+        pool._give_back(flow)   # hands the slot to the waiter...
         waiter.cancel()   # ...which is cancelled before it runs
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        assert pool._in_use == 0 and pool._can_take(origin), "the granted slot is not leaked"
+        assert pool._in_use == 0 and pool._can_take(flow), "the granted slot is not leaked"
         await pool.close()
 
     run(main())

@@ -264,7 +264,51 @@ TABLE = [
         "2026-04-03T14:45:00Z", "2026-04-04T14:45:00Z fold", "2026-04-05T15:15:00Z",
         "2026-04-06T15:15:00Z",
     ]),
+    # Quartz W and year (decision 0143), same DST rules. W never lands on a Sunday, the day most zones
+    # change, so its gap/fold rows use zones that change on a weekday: Asia/Jerusalem (gap Friday
+    # 2026-03-27 02:00-03:00 IST, at 00:00Z) and Africa/Cairo (gap Friday 2026-04-24 00:00-01:00, at
+    # 2026-04-23T22:00Z; fold Thursday 2026-10-29 23:00-24:00, first pass +03).
+    P("London-29W-Sunday-to-Monday-after-the-gap", "Europe/London", "0 30 1 29W 3 ?", "2026-03-26T00:00:00Z", [
+        "2026-03-30T00:30:00Z", "2027-03-29T00:30:00Z",
+    ]),
+    P("London-28W-Saturday-to-Friday-before-the-gap", "Europe/London", "0 30 1 28W 3 ?", "2026-03-26T00:00:00Z", [
+        "2026-03-27T01:30:00Z", "2027-03-29T00:30:00Z",
+    ]),
+    P("Jerusalem-27W-Friday-gap", "Asia/Jerusalem", "0 30 2 27W 3 ?", "2026-03-26T00:00:00Z", [
+        "2026-03-27T00:00:00Z gap", "2027-03-26T00:00:00Z gap",
+    ]),
+    P("Cairo-24W-Friday-gap", "Africa/Cairo", "0 30 0 24W 4 ?", "2026-04-20T00:00:00Z", [
+        "2026-04-23T22:00:00Z gap", "2027-04-22T22:30:00Z",
+    ]),
+    P("Cairo-29W-Thursday-fold", "Africa/Cairo", "0 30 23 29W 10 ?", "2026-10-28T00:00:00Z", [
+        "2026-10-29T20:30:00Z fold", "2027-10-29T21:30:00Z",
+    ]),
+    P("LordHowe-6W-Monday-after-the-fold", "Australia/Lord_Howe", "0 45 1 6W 4 ?", "2026-04-01T00:00:00Z", [
+        "2026-04-05T15:15:00Z", "2027-04-05T15:15:00Z",
+    ]),
+    P("London-year-SUN#5-gap", "Europe/London", "0 30 1 ? 3 SUN#5 2026", "2026-01-01T00:00:00Z", [
+        "2026-03-29T01:00:00Z gap",
+    ]),
+    P("London-year-list-fold", "Europe/London", "0 30 1 25 10 ? 2026,2027", "2026-10-01T00:00:00Z", [
+        "2026-10-25T00:30:00Z fold", "2027-10-25T00:30:00Z",
+    ]),
+    P("NewYork-year-gap-walls-collapse", "America/New_York", "0 */20 2 8 3 ? 2026", "2026-03-07T00:00:00Z", [
+        "2026-03-08T07:00:00Z gap",
+    ]),
+    P("NewYork-year-range-fold", "America/New_York", "0 30 1 1 11 ? 2026-2028", "2026-10-31T00:00:00Z", [
+        "2026-11-01T05:30:00Z fold", "2027-11-01T05:30:00Z", "2028-11-01T05:30:00Z",
+    ]),
+    P("LordHowe-year-gap", "Australia/Lord_Howe", "0 15 2 4 10 ? 2026", "2026-10-01T00:00:00Z", [
+        "2026-10-03T15:30:00Z gap",
+    ]),
+    P("LordHowe-year-step-fold", "Australia/Lord_Howe", "0 45 1 5 4 ? 2026/5", "2026-04-01T00:00:00Z", [
+        "2026-04-04T14:45:00Z fold", "2031-04-04T14:45:00Z", "2036-04-04T14:45:00Z",
+    ]),
 ]
+
+#: The year rows whose years are over after their last expected instant: the recurrence is exhausted.
+EXHAUSTED = {"London-year-SUN#5-gap", "London-year-list-fold", "NewYork-year-gap-walls-collapse",
+             "NewYork-year-range-fold", "LordHowe-year-gap"}
 
 
 @pytest.mark.parametrize(("zone", "expr", "start", "expected"), TABLE)
@@ -281,6 +325,15 @@ def test_transition_table(zone: str, expr: str, start: str, expected: list[str])
     # preview: the same instants, each with its DST note.
     occurrences = preview(rec, _utc(start), len(expected))
     assert [_fmt(o.instant) + (f" {o.note}" if o.note else "") for o in occurrences] == expected
+
+
+@pytest.mark.parametrize(("zone", "expr", "start", "expected"),
+                         [p for p in TABLE if p.id in EXHAUSTED])  # type: ignore[attr-defined]
+def test_a_year_list_that_is_over_ends_the_recurrence(zone: str, expr: str, start: str, expected: list[str]) -> None:
+    rec = compile_cron(expr, zone)
+    last = _utc(expected[-1].split()[0])
+    assert next_after(rec, last) is None
+    assert preview(rec, _utc(start), len(expected) + 5) == preview(rec, _utc(start), len(expected))
 
 
 @pytest.mark.parametrize(
@@ -353,6 +406,9 @@ def test_gap_occurrence_keeps_the_wall_time_it_stands_for() -> None:
         pytest.param("Australia/Sydney", "2026-10-03T16:00:00Z", 10, 11, id="Sydney-spring"),
         pytest.param("Australia/Lord_Howe", "2026-04-04T15:00:00Z", 11, 10.5, id="LordHowe-fall"),
         pytest.param("Australia/Lord_Howe", "2026-10-03T15:30:00Z", 10.5, 11, id="LordHowe-spring"),
+        pytest.param("Asia/Jerusalem", "2026-03-27T00:00:00Z", 2, 3, id="Jerusalem-spring-Friday"),
+        pytest.param("Africa/Cairo", "2026-04-23T22:00:00Z", 2, 3, id="Cairo-spring-Friday"),
+        pytest.param("Africa/Cairo", "2026-10-29T21:00:00Z", 3, 2, id="Cairo-fall-Thursday"),
     ],
 )
 def test_zone_data_has_the_2026_transitions(zone: str, transition: str, before_h: float, after_h: float) -> None:

@@ -51,8 +51,25 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
         ("0 0 * * 5L,1", "day-of-week: 5L must stand alone"),
         ("0 0 * * 1#6", "day-of-week: #6 must be #1 to #5"),
         ("0 0 * * 1#0", "day-of-week: #0 must be #1 to #5"),
-        ("* * * *", "cron: expected 5 fields (or 6 with leading seconds), got 4"),
-        ("* * * * * * *", "cron: expected 5 fields (or 6 with leading seconds), got 7"),
+        ("* * * *", "cron: expected 5 fields (6 with leading seconds, 7 with seconds and a year), got 4"),
+        ("* * * * * * * *", "cron: expected 5 fields (6 with leading seconds, 7 with seconds and a year), got 8"),
+        # Quartz additions (decision 0143): W, ? and the year field.
+        ("0 0 W * *", "day-of-month: W: W needs a day number 1-31 before it (e.g. 15W)"),
+        ("0 0 32W * *", "day-of-month: 32 is out of range 1-31"),
+        ("0 0 0W * *", "day-of-month: 0 is out of range 1-31"),
+        ("0 0 1-5W * *", "day-of-month: 1-5W: W needs a day number 1-31 before it"),
+        ("0 0 15W/2 * *", "day-of-month: 15W cannot take a step"),
+        ("0 0 * * 1W", "day-of-week: '1W' is not a number or a day name (SUN-SAT)"),
+        ("0 0 ? * ?", "day-of-week: ? in both day fields names no day"),
+        ("0 ? * * *", "hour: ? (no specific value) is allowed only in day-of-month or day-of-week"),
+        ("0 0 ?,1 * *", "day-of-month: '?,1': ? must stand alone"),
+        ("0 0 * * ?/2", "day-of-week: '?/2': ? must stand alone"),
+        ("0 0 0 1 1 ? 2300", "year: 2300 is out of range 1970-2199"),
+        ("0 0 0 1 1 ? 1969", "year: 1969 is out of range 1970-2199"),
+        ("0 0 0 1 1 ? 2030-2026", "year: range 2030-2026 runs backwards"),
+        ("0 0 0 1 1 ? 2026/0", "year: step '0' must be a whole number of at least 1"),
+        ("0 0 0 1 1 ? MMXXX", "year: 'MMXXX' is not a number"),
+        ("0 0 0 1 1 ? 2026,", "year: empty item in list '2026,'"),
         ("", "cron: the expression is empty"),
         ("   ", "cron: the expression is empty"),
         ("@every", "cron: unknown alias '@every'"),
@@ -76,7 +93,8 @@ def test_bad_expression_names_the_field(expr: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     "expr",
-    ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 31 FEB,APR *", "0 0 0 31 6 *", "0 0 30,31 2 *"],
+    ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 0 31 FEB,APR *", "0 0 0 31 6 *", "0 0 30,31 2 *",
+     "0 0 30W 2 *", "0 0 31W 4,6 ?", "0 0 0 30 2 ? 2030", "0 0 0 29 2 ? 2100", "0 0 0 29 2 ? 2097-2099"],
 )
 def test_expression_that_never_matches_is_refused_at_compile(expr: str) -> None:
     with pytest.raises(NoMatchError) as info:
@@ -88,7 +106,8 @@ def test_expression_that_never_matches_is_refused_at_compile(expr: str) -> None:
 
 @pytest.mark.parametrize(
     "expr",
-    ["0 0 29 2 *", "0 0 30 2 MON", "0 0 31 4,6,9,11 FRI", "0 0 31 * *", "0 0 * 2 MON#5"],
+    ["0 0 29 2 *", "0 0 30 2 MON", "0 0 31 4,6,9,11 FRI", "0 0 31 * *", "0 0 * 2 MON#5",
+     "0 0 29W 2 ?", "0 0 0 1 1 ? 2199", "0 0 0 29 2 ? 2100,2104", "0 0 0 ? 2 MON#5 2027-2199"],
 )
 def test_rare_but_real_expressions_compile(expr: str) -> None:
     # Feb 29 (leap years); OR with a weekday; the 31st of some month; a fifth Monday in February.

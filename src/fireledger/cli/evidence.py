@@ -213,9 +213,13 @@ def why_cmd(
 
 
 def status_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
-    """Cluster status: nodes with ε and heartbeat, partition leases, due age per partition, lanes."""
+    """Cluster status: the store's role (primary, synchronous standby, promotions), nodes with ε and
+    heartbeat, partition leases, due age per partition, lanes."""
+    from fireledger.store.role import read_role
+
     store = open_existing(db)
     try:
+        role = read_role(store)
         now = now_us()
         nodes = store.history.node_rows()
         leases = store.history.lease_rows()
@@ -226,6 +230,7 @@ def status_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     ages = {p: (now - oldest) / 1e6 for p, oldest in waiting.items()}
     out = {
         "now": when(now),
+        "store": role.as_dict(),
         "nodes": [{"id": n.id, "role": n.role, "eps_s": None if n.eps_us is None else n.eps_us / 1e6,
                    "eps_source": n.eps_source, "heartbeat_age_s": (now - n.heartbeat_us) / 1e6}
                   for n in nodes],
@@ -242,6 +247,22 @@ def status_cmd(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     _status_tables(out, ages)
 
 
+def _store_line(st: dict[str, Any]) -> str:
+    """One line on the store: role and server, whether commits wait for a standby, promotions."""
+    if st["role"] == "embedded":
+        return "[bold]store:[/bold] embedded (SQLite)"
+    if st["role"] != "primary":
+        return f"[bold]store:[/bold] [red]{st['role']}[/red] {st['server']}".rstrip()
+    if st["synchronous"]:
+        sync = f"[green]synchronous[/green] ({st['sync_standbys']} standby)"
+    elif st["sync_required"]:
+        sync = "[yellow]commits waiting: no synchronous standby streams[/yellow]"
+    else:
+        sync = "[red]asynchronous: one more loss loses committed fires[/red]"
+    return (f"[bold]store:[/bold] primary {st['server']} · {sync} · timeline {st['timeline']} "
+            f"({st['promotions']} promotion(s))")
+
+
 def _status_tables(out: dict[str, Any], ages: dict[int, float]) -> None:
     from rich.table import Table
 
@@ -250,6 +271,7 @@ def _status_tables(out: dict[str, Any], ages: dict[int, float]) -> None:
     colour = "red" if worst > 60 else ("yellow" if worst > 5 else "green")
     c.print(f"[bold]oldest undispatched due age:[/bold] [{colour}]{worst:.1f} s[/{colour}] "
             f"(pages above 60 s) · {len(ages)} partition(s) waiting · as of {out['now']}")
+    c.print(_store_line(out["store"]))
     t = Table(title="nodes")
     for col in ("node", "role", "ε", "ε source", "heartbeat age"):
         t.add_column(col)

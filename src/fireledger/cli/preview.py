@@ -1,5 +1,7 @@
 """``fireledger preview``: the next instants of a schedule, computed by the same code as the timing loop.
 
+``--explain`` first says the schedule in words, with what DST does to it in the year after
+``--from`` (with ``--json``: an object ``{"explanation": …, "instants": […]}`` instead of the array).
 Bad input prints one line ``fireledger: preview: <flag>: <problem>`` and exits 2.
 """
 
@@ -20,6 +22,7 @@ from fireledger.recurrence import (
     compile_cron,
     compile_interval,
     compile_once,
+    explain_schedule,
     format_instant,
     parse_instant,
     preview,
@@ -36,7 +39,8 @@ _NOTES = {
 
 
 def preview_cmd(
-    expr: Annotated[str | None, typer.Option("--expr", help="Cron expression (5 or 6 fields).")] = None,
+    expr: Annotated[str | None, typer.Option(
+        "--expr", help="Cron expression: 5 fields, 6 with leading seconds, 7 with seconds and a year.")] = None,
     every: Annotated[str | None, typer.Option("--every", help="Interval, e.g. 90s, 15m.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="One-shot instant (RFC 3339).")] = None,
     zone: Annotated[str, typer.Option("--zone", help="IANA zone the wall time is read in.")] = "UTC",
@@ -45,6 +49,8 @@ def preview_cmd(
     ] = None,
     count: Annotated[int, typer.Option("--count", help="How many instants (1-10000).")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Say the schedule in words, with what DST does to it in the year after --from.")] = False,
 ) -> None:
     """Show the next instants of a schedule, computed by the same code as the timing loop."""
     forms = [name for name, v in (("--expr", expr), ("--every", every), ("--at", at)) if v is not None]
@@ -67,9 +73,13 @@ def preview_cmd(
         flags = {"cron": "--expr", "zone": "--zone", "every": "--every", "at": "--at", "--from": "--from"}
         where = flags.get(exc.field, f"--expr: {exc.field}")
         fail(f"{where}: {exc.problem}")
+    text = explain_schedule(rec, start) if explain else None
     if as_json:
-        typer.echo(json.dumps([_item(occ) for occ in occurrences]))
+        items = [_item(occ) for occ in occurrences]
+        typer.echo(json.dumps(items if text is None else {"explanation": text, "instants": items}))
         return
+    if text is not None:
+        typer.echo(text)
     _table(occurrences, zone, getattr(rec, "zone", UTC))
 
 

@@ -71,7 +71,14 @@ def smearing_cmd(
         table.add_row(label, str(out[key]["per_s"]), out[key]["at"] or "—")
     ratio = "—" if rep.avoided_ratio is None else f"{rep.avoided_ratio:.0%}"
     table.add_row("avoided peak (fires/s)", f"{rep.avoided_peak_per_s} ({ratio})", "")
+    table.add_row("  capped below half the gap to the next instant", str(rep.capped_fires), "")
+    late = out["smeared_lateness_s"]
+    for label, key in (("smeared lateness raw p50 / p99 / max (s)", "raw"),
+                       ("  net of the declared smear", "net_of_smear")):
+        table.add_row(label, " / ".join("—" if late[key][q] is None else f"{late[key][q]:.3f}"
+                                        for q in ("p50", "p99", "max")), "")
     Console().print(table)
+    typer.echo(f"smear cap: {out['smear_cap']}")
 
 
 COMMANDS = (Command("smearing", smearing_cmd, group="report"),)

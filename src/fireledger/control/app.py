@@ -23,6 +23,8 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/triggers/{id}/preview``    reader
 ``GET  /v1/triggers/{id}/fires``      reader    fire history, oldest first
 ``GET  /v1/fires/{key}``              reader    one fire
+``POST /v1/fires/{key}/redrive``      author    a dead letter's further attempt, same key (0148)
+``GET  /v1/dead-letters``             reader    failed/unknown fires; ``POST …/redrive`` author
 ``POST /v1/targets/{id}/verify``      admin     ownership challenge (privileged)
 ``PATCH /v1/triggers/{id}/policy``    policy    policy fields only (the policy surface)
 ``POST /v1/triggers/dry-run``         author    create's checks + next N instants; stores nothing
@@ -58,7 +60,20 @@ from fireledger.registry import RegistryError
 from fireledger.settings import Settings
 from fireledger.store import Store
 
-from . import audit, backfill, console, history, outcomes, policy, principals, queues, reports, targets, triggers
+from . import (
+    audit,
+    backfill,
+    console,
+    deadletters,
+    history,
+    outcomes,
+    policy,
+    principals,
+    queues,
+    reports,
+    targets,
+    triggers,
+)
 from .auth import Forbidden, apply_surfaces, hash_token, parse_bearer, unauthorized
 from .bodylimit import API_BODY_BYTES, BodyLimitMiddleware, is_signed_callback
 from .context import ApiContext
@@ -195,6 +210,7 @@ def _include_area_routers(app: FastAPI, settings: Settings | None) -> None:
     app.include_router(triggers.router)
     app.include_router(triggers.fires_router)
     app.include_router(history.router)
+    app.include_router(deadletters.router)   # GET /v1/dead-letters, POST …/redrive, /v1/fires/{key}/redrive
     app.include_router(policy.router)
     if settings is None:
         miss_threshold_us()   # a malformed FIRELEDGER_MISS_THRESHOLD_S stops the start, named

@@ -51,7 +51,7 @@ from .auth import require
 from .context import ApiContext, get_ctx
 from .policy import PolicyPatch
 from .problems import ProblemError, invalid, problem
-from .schemas import PreviewItem, Problem, TriggerCreate
+from .schemas import PreviewItem, Problem, RetryView, TriggerCreate
 from .views import duration_s, instant, policy_fields
 
 router = APIRouter(prefix="/v1/triggers", tags=["triggers"],
@@ -75,6 +75,7 @@ class DryRunDefinition(BaseModel):
     outcome_window: str
     jitter: str
     timeout: str
+    retry: RetryView | None = None
     payload_bytes: int = Field(description="Size of the encoded payload (the payload is never echoed).")
     tzdata_version: str
 

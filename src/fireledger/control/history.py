@@ -285,7 +285,14 @@ _CAUSE_EXPLAINED = (
                                "so the two may have run at the same time."),
     ("overlap", "The overlap policy withheld it because the previous fire had not finished."),
     ("failed: HTTP", "The target answered with a final (non-retryable) status."),
-    ("failed: retries exhausted", "Every attempt failed with a retryable error and no attempt was left."),
+    ("failed: retries exhausted", "Every attempt failed with a retryable error and no attempt was left "
+                                  "(the retry policy's max_attempts)."),
+    ("failed: retries truncated at the trigger's next instant",
+     "Every attempt failed with a retryable error and the next retry would have reached the trigger's next "
+     "instant: a fire never retries into the next one."),
+    ("failed: retries ended by retry.max_event_age",
+     "Every attempt failed with a retryable error and the next retry would have come later than the retry "
+     "policy's max_event_age allows."),
     ("unknown:", "The target did not answer before the attempt deadline and no attempt was left: the work "
                  "may or may not have run."),
 )
@@ -346,12 +353,7 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
         why = explain_cause(note)
         if why:
             lines.append((None, why))
-    for a in f.attempt_list:
-        took = "" if a.finished_us is None else f" after {_secs(a.finished_us - a.started_us)}"
-        status = f" (HTTP {a.http_status})" if a.http_status is not None else ""
-        result = a.result or "still running"
-        err = f"; error: {a.error}" if a.error else ""
-        lines.append((_when(a.started_us), f"attempt {a.number} on node {a.node}: {result}{status}{took}{err}"))
+    lines.extend(_attempt_lines(f, version))
     if f.dispatched_us is not None:
         late = f.dispatched_us - f.scheduled_us
         if late <= ON_TIME_US:
@@ -377,6 +379,32 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
             lines.append((None, why))
     elif f.state == "pending" and f.attempt_list:
         lines.append((None, f"waiting for attempt {f.attempts + 1} at {_when(f.next_attempt_us)}"))
+    return lines
+
+
+def _attempt_lines(f: Fire, version: TriggerVersion | None) -> list[tuple[str | None, str]]:
+    """The attempts of a fire, the redrive before the attempts it made (decision 0148), and the retry
+    policy its attempts followed (decision 0147)."""
+    lines: list[tuple[str | None, str]] = []
+    for a in f.attempt_list:
+        if f.redriven_us is not None and a.number == f.attempt_base + 1:
+            lines.append((_when(f.redriven_us), f"redriven after {f.attempt_base} attempts: a further attempt "
+                                                "under the same key, with the retry policy counted afresh"))
+        took = "" if a.finished_us is None else f" after {_secs(a.finished_us - a.started_us)}"
+        status = f" (HTTP {a.http_status})" if a.http_status is not None else ""
+        result = a.result or "still running"
+        err = f"; error: {a.error}" if a.error else ""
+        lines.append((_when(a.started_us), f"attempt {a.number} on node {a.node}: {result}{status}{took}{err}"))
+    if f.redriven_us is not None and f.attempts == f.attempt_base:
+        lines.append((_when(f.redriven_us), f"redriven after {f.attempt_base} attempts: waiting for a further "
+                                            "attempt under the same key"))
+    if version is not None and f.attempt_list:
+        p = version.policies
+        age = ("no event-age bound" if p.max_event_age_s is None
+               else f"event age at most {_secs(p.max_event_age_s * 1_000_000)}")
+        lo, hi = _secs(int(p.min_backoff_s * 1_000_000)), _secs(int(p.max_backoff_s * 1_000_000))
+        lines.append((None, f"retry policy of version {version.version}: {p.max_attempts} attempts, backoff "
+                            f"{lo} doubling to {hi}, {age}, never past the next instant"))
     return lines
 
 

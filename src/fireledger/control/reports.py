@@ -33,6 +33,18 @@ class PeakView(BaseModel):
     at: str | None = Field(description="Start of that second (the first one on a tie); null without fires.")
 
 
+class LatenessView(BaseModel):
+    fires: int = Field(description="Smeared fires dispatched in the window.")
+    p50: float | None = Field(description="Seconds (nearest rank); null without fires.")
+    p99: float | None
+    max: float | None
+
+
+class SmearedLatenessView(BaseModel):
+    raw: LatenessView = Field(description="Dispatched minus scheduled instant.")
+    net_of_smear: LatenessView = Field(description="Dispatched minus dispatch not-before (net of the declared smear).")
+
+
 class SmearingView(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
@@ -49,6 +61,11 @@ class SmearingView(BaseModel):
     avoided_peak_per_s: int = Field(description="peak_without_smearing − peak_with_smearing.")
     avoided_ratio: float | None = Field(description="avoided_peak_per_s / peak_without_smearing.")
     peak_ratio: float | None = Field(description="peak_without_smearing / peak_with_smearing.")
+    capped_fires: int = Field(description="Smeared fires whose trigger's next instant is closer than twice the "
+                                          "window: the offset stays below half that gap (never reorders).")
+    smear_cap: str = Field(description="The cap rule, in words.")
+    smeared_lateness_s: SmearedLatenessView = Field(
+        description="Lateness of smeared fires, raw beside net of the declared smear.")
 
 
 @router.get("/smearing", response_model=SmearingView, response_model_by_alias=True,

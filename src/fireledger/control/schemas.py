@@ -60,6 +60,28 @@ class TargetPage(BaseModel):
 # --- triggers ---------------------------------------------------------------------------------
 
 
+class RetryPolicy(_Body):
+    """A trigger's retry policy (decision 0147). Retries stop at whichever bound comes first: the attempts,
+    the event age, or the trigger's next instant (always: a fire never retries into the next one); the
+    fire's cause names the bound. In an amendment, absent fields keep their value."""
+
+    max_attempts: int = Field(8, ge=1, le=185, strict=True,
+                              description="Attempts in all, the first included (1 to 185).")
+    min_backoff: str = Field("1s", description="First retry delay (doubling each retry, equal jitter), 1s to 1h.")
+    max_backoff: str = Field("5m", description="Cap of the retry delay, 1s to 1h, at least min_backoff.")
+    max_event_age: str | None = Field(
+        None, description="No retry is made later than this after the fire's instant (after its first attempt for "
+                          "caught-up and backfilled fires, after the redrive for a redriven one), 1m to 24h. "
+                          "Null: no age bound.")
+
+
+class RetryView(BaseModel):
+    max_attempts: int
+    min_backoff: str
+    max_backoff: str
+    max_event_age: str | None
+
+
 class TriggerCreate(_Body):
     name: str = Field(min_length=1, max_length=200)
     schedule: dict[str, Any] = Field(description=_SCHEDULE_DOC, examples=[_SCHEDULE_EXAMPLE])
@@ -74,6 +96,7 @@ class TriggerCreate(_Body):
                         "up to this long after the instant, at a fixed per-trigger offset. \"0s\" opts out. "
                         "At most 1h.")
     timeout: str = Field("30s", description="Attempt timeout, 1s to 15m.")
+    retry: RetryPolicy | None = Field(None, description="Retry policy; absent: 8 attempts, 1s doubling to 5m.")
 
 
 class TriggerPatch(_Body):
@@ -89,6 +112,7 @@ class TriggerPatch(_Body):
     outcome_window: str = None  # type: ignore[assignment]
     jitter: str = None  # type: ignore[assignment]
     timeout: str = None  # type: ignore[assignment]
+    retry: dict[str, Any] = Field(None, description="Any subset of the retry policy's fields.")  # type: ignore[arg-type]
 
 
 class TriggerView(BaseModel):
@@ -104,6 +128,7 @@ class TriggerView(BaseModel):
     outcome_window: str
     jitter: str
     timeout: str
+    retry: RetryView
     next_instant: str | None
     pause_reason: str | None = Field(
         default=None,
@@ -169,6 +194,9 @@ class FireView(BaseModel):
         description="Who vouched for eps_s: 'kernel' (the kernel's synchronisation error bound), 'declared' "
                     "(FIRELEDGER_DECLARED_EPS_MS, the kernel reports no synchronisation), either suffixed "
                     "'+postgres' when cross-checked against the PostgreSQL server's clock.")
+    redriven_at: str | None = Field(
+        default=None, description="When this fire was last redriven (POST /v1/fires/{key}/redrive): the attempts "
+                                  "after that instant are the redrive's. Null: never redriven.")
     attempts: list[AttemptView]
 
 

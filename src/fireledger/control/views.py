@@ -44,7 +44,15 @@ def policy_fields(p: Policies) -> dict[str, Any]:
         "outcome_window": duration_s(p.outcome_window_s),
         "jitter": duration_s(p.jitter_s),
         "timeout": duration_s(p.timeout_s),
+        "retry": retry_fields(p),
     }
+
+
+def retry_fields(p: Policies) -> dict[str, Any]:
+    """A version's retry policy as the API writes it (decision 0147)."""
+    return {"max_attempts": p.max_attempts, "min_backoff": duration_s(p.min_backoff_s),
+            "max_backoff": duration_s(p.max_backoff_s),
+            "max_event_age": None if p.max_event_age_s is None else duration_s(p.max_event_age_s)}
 
 
 def trigger_view(t: Trigger, v: TriggerVersion) -> dict[str, Any]:

@@ -54,6 +54,7 @@ import asyncio
 import email.utils
 import ipaddress
 import math
+import re
 import ssl
 import time
 from collections.abc import Mapping
@@ -101,10 +102,16 @@ _ERROR_MAX = 200
 _TARGET_CACHE_MAX = 4096
 
 
+#: A control character other than horizontal tab (C0 and DEL): never allowed in a header value.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def _header_safe(name: str, value: str) -> None:
+    """``value`` may be sent as a header value: a string with no control character but tab (one
+    regex scan in C: this runs for every header of every attempt, the token's included)."""
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string")
-    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
+    if _CONTROL.search(value) is not None:
         raise ValueError(f"{name} must not contain control characters")
 
 
@@ -127,6 +134,9 @@ class HttpRequest:
     timeout_s: float
     extra_headers: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
     pinned_addresses: frozenset[str] | None = None
+    #: Whose request this is: connection slots and adaptive limits are kept per (tenant, origin,
+    #: path), so one tenant's endpoint never holds another's slots (decision 0133).
+    tenant_id: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -250,11 +260,12 @@ class HttpSender:
 
     The pool is created lazily on the first :meth:`send`, inside the running loop, and is bound to
     that loop: using the sender from another loop raises ``RuntimeError``. ``limit`` caps the
-    number of simultaneous connections; per origin — scheme, host, port — an adaptive limit
-    (:mod:`fireledger.dispatch.limiter`) starts at a few connections, grows while the receiver keeps
-    up and halves when it does not (a stalled or refused connect, an unacknowledged request, a
-    timeout, 429/503), never above ``limit_per_host`` (0 = ``limit``); further requests wait for a
-    free connection in arrival order (per origin), and that wait counts against their timeout.
+    number of simultaneous connections; per flow — ``req.tenant_id``, the URL's origin and path — an
+    adaptive limit (:mod:`fireledger.dispatch.limiter`) starts at a few connections, grows while the
+    receiver keeps up and halves when it does not (a stalled or refused connect, an unacknowledged
+    request, a timeout, 429/503), never above ``limit_per_host`` (0 = ``limit``); further requests
+    wait for a free connection in arrival order (per flow), and that wait counts against their
+    timeout: one that waited until it ran out is ``retry``, not sent, its error naming the limit.
     ``connect_timeout_s`` bounds establishing a connection and the receiver's TCP acknowledging a
     request, within the request's timeout. Idle keep-alive connections count against ``limit`` too
     (the oldest is closed to make room) and are closed after 15 s idle (``wire.KEEPALIVE_S``).
@@ -336,11 +347,13 @@ class HttpSender:
             self._targets[url] = t
         return t
 
-    def origin_limit(self, url: str) -> float | None:
-        """The adaptive connection limit of ``url``'s origin now (``None``: never sent to)."""
+    def origin_limit(self, url: str, tenant_id: str = "") -> float | None:
+        """The adaptive connection limit of ``tenant_id``'s flow to ``url`` (its origin and path)
+        now (``None``: never sent to)."""
         if self._pool is None:
             return None
-        lim = self._pool._limits.get(self._target(url).origin)
+        target = self._target(url)
+        lim = self._pool._limits.get((tenant_id, target.origin, target.path))
         return None if lim is None else lim.limit
 
     async def close(self) -> None:
@@ -362,13 +375,13 @@ class HttpSender:
         except ValueError as exc:   # a request that cannot be made (cannot succeed on retry)
             return HttpResult("failed", None, _short(exc), time.perf_counter() - start)
         try:
-            reply = await pool.post(target, data, deadline, self._body_cap, req.pinned_addresses)
+            reply = await pool.post(target, data, deadline, self._body_cap, req.pinned_addresses, req.tenant_id)
         except ExchangeError as exc:
             if exc.kind == "timeout":
                 if exc.sent:
                     error = f"no response within {req.timeout_s:g}s"
                     return HttpResult("unknown", None, error, time.perf_counter() - start, sent=True)
-                error = f"timed out before the request was sent ({req.timeout_s:g}s)"
+                error = _clip(f"timed out before the request was sent ({req.timeout_s:g}s): {exc}")
                 return HttpResult("retry", None, error, time.perf_counter() - start)
             if exc.kind == "unacked":   # written, but the kernel shows it never reached the receiver
                 return HttpResult("retry", None, _clip(f"not delivered: {exc}"), time.perf_counter() - start)

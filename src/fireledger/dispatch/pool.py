@@ -1,11 +1,13 @@
 """The dispatch plane's connection pool: keep-alive HTTP/1.1 connections per origin, opened through
-the egress guard, with an adaptive limit per origin (docs/decisions/0075-lean-http-sender.md,
-0115-unacknowledged-request-is-not-sent.md, 0116-adaptive-origin-limits.md).
+the egress guard, with an adaptive limit per flow (docs/decisions/0075-lean-http-sender.md,
+0115-unacknowledged-request-is-not-sent.md, 0116-adaptive-origin-limits.md,
+0133-connection-limits-per-flow.md).
 
 * :class:`Pool` keeps idle keep-alive connections per origin (scheme, host, port), caps the
-  connections in use (``limit`` in all; per origin an :class:`~fireledger.dispatch.limiter.
-  AdaptiveLimit` that starts small, grows while the receiver keeps up and halves when it cannot
-  take more, never above ``limit_per_host``) with a FIFO of waiters, and opens new connections
+  connections in use (``limit`` in all; per flow — one tenant's requests to one endpoint: tenant,
+  origin, path — an :class:`~fireledger.dispatch.limiter.AdaptiveLimit` that starts small, grows
+  while the receiver keeps up and halves when it cannot take more, never above
+  ``limit_per_host``) with a FIFO of waiters per flow, and opens new connections
   through the egress guard (invariant 12): a host name is resolved by
   :class:`~fireledger.security.egress.GuardedResolver` (refused as a whole when any address is),
   an IP literal is checked by the policy, and each socket is opened by
@@ -48,27 +50,33 @@ from .wire import (
     _norm,
 )
 
-__all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "INITIAL_ORIGIN_LIMIT", "Pool"]
+__all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "INITIAL_ORIGIN_LIMIT", "Flow", "Pool"]
 
 #: A host name's vetted addresses are reused for new connections this long (aiohttp's default too).
 DNS_TTL_S = 10.0
 HAPPY_EYEBALLS_DELAY_S = 0.25
 #: Default bound on establishing a connection and on the receiver's TCP acknowledging a request.
 CONNECT_TIMEOUT_S = 5.0
-#: Connections an origin's adaptive limit starts at (never above ``limit_per_host``).
+#: Connections a flow's adaptive limit starts at (never above ``limit_per_host``).
 INITIAL_ORIGIN_LIMIT = 4
 _LIMITS_MAX = 1024
-#: Exchange errors that say the receiver could not take the request: the origin's limit is halved.
+#: A flow: one tenant's requests to one endpoint — (tenant, origin, path without the query). Slots,
+#: waiters and adaptive limits are kept per flow (docs/decisions/0133-connection-limits-per-flow.md).
+Flow = tuple[str, Origin, str]
+#: Exchange errors that say the receiver could not take the request: the flow's limit is halved.
 _DROPS = frozenset({"connect", "unacked", "timeout"})
 
 class Pool:
-    """Keep-alive connections per origin, ``limit`` in use at once; per origin at most what its
-    adaptive limit allows (:mod:`fireledger.dispatch.limiter`, never above ``limit_per_host``;
-    0 = capped by ``limit`` only). Idle connections count against ``limit`` too: opening a new one
-    when ``limit`` are open closes the oldest idle one. Requests beyond the limits wait, first come
-    first served per origin. ``connect_timeout_s`` bounds establishing a connection and the
-    receiver's TCP acknowledging a request (never beyond the request's own deadline). Bound to
-    ``loop``."""
+    """Keep-alive connections per origin, ``limit`` in use at once; per flow (tenant, origin, path)
+    at most what the flow's adaptive limit allows (:mod:`fireledger.dispatch.limiter`, never above
+    ``limit_per_host``; 0 = capped by ``limit`` only). A flow's requests hold only its own slots
+    and its drops lower only its own limit: one tenant's silent endpoint cannot hold the slots of
+    another tenant, or of another endpoint, on the same host (invariant 15). Idle connections
+    (per origin, shared by the flows) count against ``limit`` too: opening a new one when
+    ``limit`` are open closes the oldest idle one. Requests beyond the limits wait, first come
+    first served per flow; a request that waited until its deadline is not sent.
+    ``connect_timeout_s`` bounds establishing a connection and the receiver's TCP acknowledging a
+    request (never beyond the request's own deadline). Bound to ``loop``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, limit: int, limit_per_host: int,
                  policy: EgressPolicy, ssl_context: ssl.SSLContext | None,
@@ -84,93 +92,111 @@ class Pool:
         self._socket_factory: Callable[[tuple[Any, ...]], socket.socket] = guarded_socket_factory(policy)
         self._ssl_context = ssl_context
         self._in_use = 0
-        self._host_use: dict[Origin, int] = {}
-        self._limits: dict[Origin, AdaptiveLimit] = {}
+        self._flow_use: dict[Flow, int] = {}
+        self._limits: dict[Flow, AdaptiveLimit] = {}
         self._idle: dict[Origin, list[Connection]] = {}
         self._idle_count = 0
         self._all: set[Connection] = set()
-        self._waiters: dict[Origin, collections.deque[asyncio.Future[bool]]] = {}
+        self._waiters: dict[Flow, collections.deque[asyncio.Future[bool]]] = {}
         self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
 
     # --- slots ----------------------------------------------------------------------------------
 
-    def origin_limit(self, origin: Origin) -> AdaptiveLimit:
-        """The adaptive limit of ``origin`` (created at its initial value on first use)."""
-        lim = self._limits.get(origin)
+    def flow_limit(self, flow: Flow) -> AdaptiveLimit:
+        """The adaptive limit of ``flow`` (created at its initial value on first use)."""
+        lim = self._limits.get(flow)
         if lim is None:
-            if len(self._limits) >= _LIMITS_MAX:   # forget origins with nothing in flight
-                for o in [o for o in self._limits if o not in self._host_use]:
-                    del self._limits[o]
+            if len(self._limits) >= _LIMITS_MAX:   # forget flows with nothing in flight
+                for f in [f for f in self._limits if f not in self._flow_use]:
+                    del self._limits[f]
             cap = self._per_host or self._limit
-            lim = self._limits[origin] = AdaptiveLimit(maximum=min(cap, self._limit), initial=self._initial)
+            lim = self._limits[flow] = AdaptiveLimit(maximum=min(cap, self._limit), initial=self._initial)
         return lim
 
-    def _host_room(self, origin: Origin) -> bool:
-        return self._host_use.get(origin, 0) < self.origin_limit(origin).allowed
+    def _flow_room(self, flow: Flow) -> bool:
+        return self._flow_use.get(flow, 0) < self.flow_limit(flow).allowed
 
-    def _queued(self, origin: Origin) -> bool:
-        """Requests to ``origin`` are waiting (those that gave up are dropped from the head)."""
-        q = self._waiters.get(origin)
+    def _queued(self, flow: Flow) -> bool:
+        """Requests of ``flow`` are waiting (those that gave up are dropped from the head)."""
+        q = self._waiters.get(flow)
         if q is None:
             return False
         while q and q[0].done():
             q.popleft()
         if not q:
-            del self._waiters[origin]
+            del self._waiters[flow]
             return False
         return True
 
-    def _can_take(self, origin: Origin) -> bool:
-        return self._in_use < self._limit and not self._queued(origin) and self._host_room(origin)
+    def _can_take(self, flow: Flow) -> bool:
+        return self._in_use < self._limit and not self._queued(flow) and self._flow_room(flow)
 
-    def _take(self, origin: Origin) -> None:
+    def _take(self, flow: Flow) -> None:
         self._in_use += 1
-        self._host_use[origin] = self._host_use.get(origin, 0) + 1
+        self._flow_use[flow] = self._flow_use.get(flow, 0) + 1
 
-    def _give_back(self, origin: Origin) -> None:
+    def _give_back(self, flow: Flow) -> None:
         self._in_use -= 1
-        left = self._host_use[origin] - 1
+        left = self._flow_use[flow] - 1
         if left:
-            self._host_use[origin] = left
+            self._flow_use[flow] = left
         else:
-            del self._host_use[origin]
+            del self._flow_use[flow]
         if self._waiters:
             self._wake_waiters()
 
     def _wake_waiters(self) -> None:
-        """Hand free slots to waiters, first come first served within an origin (the slot is taken
-        for the waiter: nobody arriving later can take it)."""
-        for origin in list(self._waiters):
+        """Hand free slots to waiters: first come first served within a flow, flows in turn (a
+        flow that was handed slots goes to the back of the turn: when the global ``limit`` is what
+        holds requests back, the waiting flows take turns). The slot is taken for the waiter: nobody arriving
+        later can take it."""
+        for flow in list(self._waiters):
             if self._in_use >= self._limit:
                 return
-            q = self._waiters[origin]
-            while q and self._in_use < self._limit and self._host_room(origin):
+            q = self._waiters[flow]
+            served = False
+            while q and self._in_use < self._limit and self._flow_room(flow):
                 fut = q.popleft()
                 if not fut.done():
-                    self._take(origin)
+                    self._take(flow)
                     fut.set_result(True)
-            if not q:
-                del self._waiters[origin]
+                    served = True
+            if not q or served:
+                del self._waiters[flow]
+                if q:
+                    self._waiters[flow] = q   # served and still waiting: to the back
 
-    async def _wait_slot(self, origin: Origin, deadline: float) -> None:
+    async def _wait_slot(self, flow: Flow, deadline: float) -> None:
+        why = self._no_slot(flow)
         fut: asyncio.Future[bool] = self.loop.create_future()
-        self._waiters.setdefault(origin, collections.deque()).append(fut)
+        self._waiters.setdefault(flow, collections.deque()).append(fut)
         timer = self.loop.call_at(deadline, _expire_waiter, fut)
         try:
             granted = await fut
         except BaseException:
             if fut.done() and not fut.cancelled() and fut.result():
-                self._give_back(origin)   # granted, then cancelled before it was used
+                self._give_back(flow)   # granted, then cancelled before it was used
             raise
         finally:
             timer.cancel()
         if not granted:
-            raise ExchangeError("timeout", "timed out waiting for a free connection", sent=False)
+            raise ExchangeError("timeout", why, sent=False)
         if self._closed:
-            self._give_back(origin)
+            self._give_back(flow)
             raise ExchangeError("closed", "the sender was closed", sent=False)
+
+    def _no_slot(self, flow: Flow) -> str:
+        """Why a request of ``flow`` has to wait for a connection (said, if it waits until its
+        deadline, in its error; no path: a path may hold a secret)."""
+        _tenant, (_scheme, host, port), _path = flow
+        if self._in_use >= self._limit:
+            why = f"the dispatch plane's connection limit ({self._limit}) was in use"
+        else:
+            allowed = self.flow_limit(flow).allowed
+            why = f"this tenant's adaptive connection limit for the endpoint ({allowed}) was in use"
+        return f"no free connection to {host}:{port}: {why}"
 
     # --- idle connections -----------------------------------------------------------------------
 
@@ -333,23 +359,28 @@ class Pool:
     # --- the exchange ---------------------------------------------------------------------------
 
     async def post(self, target: Target, data: bytes, deadline: float, body_cap: int,
-                   pins: frozenset[str] | None = None) -> Reply:
+                   pins: frozenset[str] | None = None, tenant: str = "") -> Reply:
         """Write ``data`` on a pooled or new connection to ``target`` and wait for the response
         head (until ``deadline``, a ``loop.time()``), then read and discard at most ``body_cap``
         body bytes within what is left. Raises :class:`ExchangeError` when no head arrived.
         ``pins``: the only addresses a host name may be reached at (the ones its ownership was
         verified at); when it resolves to none of them, :class:`AddressNotVerified` is raised and
         nothing is sent. Ignored for an IP-literal host (the URL names the address). What came of
-        the exchange adjusts the origin's adaptive limit (:meth:`_observe`)."""
+        the exchange adjusts the adaptive limit of the request's flow — ``tenant``, the origin and
+        ``target.path`` — and of that flow only (decision 0133)."""
         if self._closed:
             raise ExchangeError("closed", "the sender was closed", sent=False)
         origin = target.origin
-        if self._can_take(origin):   # a free slot has no eligible waiter (_wake_waiters hands over)
-            self._take(origin)
+        flow: Flow = (tenant, origin, target.path)
+        waited = 0.0
+        if self._can_take(flow):   # a free slot has no eligible waiter (_wake_waiters hands over)
+            self._take(flow)
         else:
-            await self._wait_slot(origin, deadline)
-        lim = self.origin_limit(origin)
-        epoch, inflight, started = lim.epoch, self._host_use.get(origin, 0), self.loop.time()
+            queued = self.loop.time()
+            await self._wait_slot(flow, deadline)
+            waited = self.loop.time() - queued
+        lim = self.flow_limit(flow)
+        epoch, inflight, started = lim.epoch, self._flow_use.get(flow, 0), self.loop.time()
         conn: Connection | None = None
         try:
             conn = self._pop_idle(origin, pins if target.ip is None else None)
@@ -360,9 +391,17 @@ class Pool:
         except BaseException as exc:
             if conn is not None:
                 conn.abort()
-            if isinstance(exc, ExchangeError) and exc.kind in _DROPS:
+            self._give_back(flow)
+            if not isinstance(exc, ExchangeError):
+                raise
+            if waited and exc.kind == "timeout" and not exc.sent:
+                # Out of time before sending because the slot came late: the wait is the cause, and
+                # it says nothing of the receiver (no drop).
+                raise ExchangeError("timeout", f"{exc} after waiting {waited:.2f}s for a free connection "
+                                    f"(this tenant's adaptive connection limit for the endpoint)",
+                                    sent=False) from None
+            if exc.kind in _DROPS:
                 lim.on_drop(epoch)
-            self._give_back(origin)
             raise
         if reply.status == 429 or reply.status == 503:
             lim.on_drop(epoch)
@@ -372,7 +411,7 @@ class Pool:
             self._put_idle(conn)
         else:
             conn.abort()
-        self._give_back(origin)
+        self._give_back(flow)
         return reply
 
     async def close(self) -> None:
@@ -387,11 +426,11 @@ class Pool:
         self._idle.clear()
         self._idle_count = 0
         waiters, self._waiters = self._waiters, {}
-        for origin, q in waiters.items():
+        for flow, q in waiters.items():
             for fut in q:
                 if not fut.done():
                     fut.set_result(True)   # woken to find the pool closed (see _wait_slot)
-                    self._take(origin)
+                    self._take(flow)
         await self._resolver.close()
         await asyncio.sleep(0)   # let the transports run connection_lost
 

@@ -30,11 +30,11 @@ from prometheus_client import Gauge
 
 from fireledger.clock import Clock
 from fireledger.definitions import next_us, recurrence_for
-from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, RankCache, Settlement
+from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import DispatchJob, Lane
 from fireledger.observe.logs import attempt_fields
-from fireledger.observe.metrics import METRICS
+from fireledger.observe.metrics import METRICS, labelled
 from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
@@ -47,13 +47,15 @@ from .http import HttpRequest, HttpResult, HttpSender
 from .internal import PREFIX as INTERNAL_PREFIX
 from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error
+from .settling import _Shaper, age_origin_us, decode_payload, dispatch_body, settle, settle_on_error
 
 __all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
 log = logging.getLogger("fireledger.dispatch")
 
 LEASE_MARGIN_US = 5_000_000
+#: The longest pause between two tries to record attempt results the store refused (growing 0.25 s a try).
+FLUSH_RETRY_MAX_S = 1.0
 DEFAULT_LEASE_US = 30_000_000 + LEASE_MARGIN_US
 
 ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts started, by lane and service class",
@@ -110,7 +112,6 @@ class Dispatcher:
         self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
         self.admitted: Counter[str] = Counter()   # by service class, since start
-        self.rank_cache = RankCache()   # one ranking of a large backlog serves several rounds
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
         self._claiming: asyncio.Future[ClaimResult] | None = None
@@ -145,8 +146,8 @@ class Dispatcher:
             return None
         if nxt is None:
             return None
-        if f.lane != Lane.ON_TIME.value:
-            nxt = (f.dispatched_us if f.dispatched_us is not None else now_us) + (nxt - f.scheduled_us)
+        if f.redriven_us is not None or f.lane != Lane.ON_TIME.value:   # redriven: from the redrive (0148)
+            nxt = age_origin_us(f) + (nxt - f.scheduled_us)
         return max(0.0, (nxt - now_us) / 1e6)
 
     def wake(self) -> None:
@@ -218,7 +219,7 @@ class Dispatcher:
             req = HttpRequest(url=target.url, secret=target.secret, fire_key=key,
                               msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
                               timeout_s=job.policies.timeout_s, extra_headers=headers,
-                              pinned_addresses=job.pinned_addresses)
+                              pinned_addresses=job.pinned_addresses, tenant_id=f.tenant_id)
         except ValueError as exc:
             # A definition that cannot be sent is final, recorded with its cause (never looped).
             return HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
@@ -233,7 +234,7 @@ class Dispatcher:
             key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
             res = await self._send(job, key)
             now_us = self.clock.now().latest_us
-            METRICS.attempts.labels(f.lane, res.outcome).inc()
+            labelled(METRICS.attempts, f.lane, res.outcome).inc()
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             # The time left before the next instant bounds retries only: not computed for a final result.
@@ -285,7 +286,8 @@ class Dispatcher:
                 failures += 1
                 log.error("recording %d attempt results failed (%s); will retry", len(batch), type(exc).__name__)
                 self._results[:0] = batch
-                await asyncio.sleep(min(5.0, 0.5 * failures))
+                # Unrecorded, these fires hold their tenant's in-flight quota: retry within 1 s.
+                await asyncio.sleep(min(FLUSH_RETRY_MAX_S, 0.25 * failures))
 
     async def _record(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
                       batch: list[Settlement]) -> int:
@@ -303,7 +305,7 @@ class Dispatcher:
     def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
         now = self.clock.now()
         return self.store.dispatch.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                       LEASE_MARGIN_US, self.rank_cache)
+                                                LEASE_MARGIN_US)
 
     def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane
@@ -312,7 +314,7 @@ class Dispatcher:
         if claimed.admission == shaping.Admission.OVER_QUOTA.value:
             self._over_inflight += 1
         self.admitted[claimed.admission] += 1
-        ADMISSIONS.labels(lane, claimed.admission).inc()
+        labelled(ADMISSIONS, lane, claimed.admission).inc()
         t = asyncio.create_task(self._attempt(claimed))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)

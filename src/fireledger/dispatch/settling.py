@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from fireledger.domain.dispatch_records import ClaimSnapshot, Settlement, ShapedDecision
 from fireledger.domain.instants import after_us
 from fireledger.domain.keys import from_us
-from fireledger.domain.model import AttemptResult, DispatchJob, Fire, FireState
-from fireledger.recurrence import format_instant
+from fireledger.domain.model import AttemptResult, DispatchJob, Fire, FireState, Lane
+from fireledger.recurrence import format_duration, format_instant
 from fireledger.store.engine import is_database_error
 
 from . import shaping
@@ -28,7 +29,7 @@ from .http import HttpResult
 from .lanes import DispatchConfig
 from .retry import retry_plan
 
-__all__ = ["decode_payload", "dispatch_body", "settle", "settle_on_error"]
+__all__ = ["age_origin_us", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
 
 def decode_payload(tenant_id: str, payload: bytes) -> Any:
@@ -36,27 +37,48 @@ def decode_payload(tenant_id: str, payload: bytes) -> Any:
     return json.loads(payload) if payload else {}
 
 
+_ENCODED: dict[bytes, str] = {}
+_ENCODED_MAX = 4096
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _encoded_payload(tenant_id: str, payload: bytes) -> str:
+    """The payload as it appears in a body: its JSON re-encoded compactly (the exact text
+    ``json.dumps(decode_payload(...), separators=(",", ":"))`` gives), remembered by plaintext."""
+    hit = _ENCODED.get(payload)
+    if hit is None:
+        hit = _dumps(decode_payload(tenant_id, payload))
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        _ENCODED[payload] = hit
+    return hit
+
+
 def dispatch_body(job: DispatchJob, key: str) -> bytes:
-    """The JSON body of an HTTP dispatch (DESIGN.md §4)."""
+    """The JSON body of an HTTP dispatch (DESIGN.md §4): exactly the bytes of ``json.dumps`` of
+    ``{fire_key, trigger_id, scheduled_instant, attempt, lane, kind, version, payload}`` in that
+    order with separators ``(",", ":")``, assembled from the parts (the payload's encoding is
+    remembered by plaintext, decision 0139)."""
     f = job.fire
-    payload = decode_payload(f.tenant_id, job.payload)
-    return json.dumps({
-        "fire_key": key, "trigger_id": f.trigger_id,
-        "scheduled_instant": format_instant(from_us(f.scheduled_us)),
-        "attempt": job.attempt, "lane": f.lane, "kind": f.kind, "version": f.version,
-        "payload": payload,
-    }, separators=(",", ":")).encode()
+    return (f'{{"fire_key":{_dumps(key)},"trigger_id":{_dumps(f.trigger_id)},'
+            f'"scheduled_instant":{_dumps(format_instant(from_us(f.scheduled_us)))},"attempt":{int(job.attempt)},'
+            f'"lane":{_dumps(str(f.lane))},"kind":{_dumps(str(f.kind))},"version":{int(f.version)},'
+            f'"payload":{_encoded_payload(f.tenant_id, job.payload)}}}').encode()
 
 
 def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
            until_next_s: float | None = None) -> Settlement:
     """Pure: from an attempt's result to the fire's next state (terminal, or pending + retry time).
 
-    ``until_next_s`` is the time left before the trigger's next scheduled instant: retries are
-    truncated there, so one fire's retries never overlap the next fire. Whatever the target answered,
-    the retry instant is within ``RETRY_AFTER_MAX_S`` (or the backoff cap) of ``now_us`` and inside
-    the representable range (:func:`fireledger.domain.instants.after_us`); a ``Retry-After`` that is
-    not a finite number ``>= 0`` is ignored.
+    Retries follow the version's retry policy (``job.policies``: ``max_attempts``, ``min_backoff_s``
+    doubling to ``max_backoff_s``, ``max_event_age_s``; decision 0147) and stop at the first bound
+    reached, which the cause names: the attempts ("retries exhausted after N attempts"), the event age
+    (no retry later than ``max_event_age_s`` after :func:`age_origin_us`) or ``until_next_s``, the
+    time left before the trigger's next scheduled instant (always a hard bound: one fire's retries
+    never overlap the next fire). Whatever the target answered, the retry instant is within
+    ``RETRY_AFTER_MAX_S`` (or the backoff cap) of ``now_us`` and inside the representable range
+    (:func:`fireledger.domain.instants.after_us`); a ``Retry-After`` that is not a finite number
+    ``>= 0`` is ignored.
     """
     status = res.http_status
     if res.outcome == "delivered":
@@ -68,17 +90,62 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     if ra is not None and not (isinstance(ra, int | float) and math.isfinite(ra) and ra >= 0):
         ra = None
     nxt = until_next_s if until_next_s is None or math.isfinite(until_next_s) else None
-    delay = retry_plan(job.attempt, max_attempts=job.policies.max_attempts, jitter=jitter,
-                       next_scheduled=nxt, retry_after_s=ra)
+    p = job.policies
+    made = job.attempt - job.fire.attempt_base     # attempts since the fire's latest redrive (decision 0148)
+    delay = retry_plan(max(1, made), base_s=p.min_backoff_s, cap_s=p.max_backoff_s, max_attempts=p.max_attempts,
+                       jitter=jitter, next_scheduled=None, retry_after_s=ra)
+    bound = None if delay is not None else "attempts"
+    if bound is None and nxt is not None and delay is not None and delay >= nxt:
+        bound = "next instant"
+    age_left = _age_left_s(job, now_us)
+    if bound is None and age_left is not None and delay is not None and delay >= age_left:
+        bound = "event age"
+    if bound is None and delay is not None:
+        return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.PENDING, None,
+                          after_us(now_us, delay))
+    ended = _ENDED[bound or "attempts"].format(n=job.attempt, age=_age_text(p.max_event_age_s))
+    if res.outcome == "unknown":
+        return Settlement(job, AttemptResult.UNKNOWN, status, res.error, FireState.UNKNOWN,
+                          f"unknown: no answer within {p.timeout_s:g}s and " + _ENDED_UNKNOWN[bound or "attempts"]
+                          .format(age=_age_text(p.max_event_age_s)), None)
     what = f"HTTP {status}" if status else (res.error or "no answer")
-    if delay is None:
-        if res.outcome == "unknown":
-            return Settlement(job, AttemptResult.UNKNOWN, status, res.error, FireState.UNKNOWN,
-                              f"unknown: no answer within {job.policies.timeout_s:g}s and no attempts left", None)
-        return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.FAILED,
-                          f"failed: retries exhausted after {job.attempt} attempts (last: {what})", None)
-    return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.PENDING, None,
-                      after_us(now_us, delay))
+    return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.FAILED,
+                      f"failed: {ended} (last: {what})", None)
+
+
+#: How a failed fire's cause names the bound that ended its retries (decision 0147).
+_ENDED = {
+    "attempts": "retries exhausted after {n} attempts",
+    "next instant": "retries truncated at the trigger's next instant after {n} attempts",
+    "event age": "retries ended by retry.max_event_age ({age}) after {n} attempts",
+}
+_ENDED_UNKNOWN = {
+    "attempts": "no attempts left",
+    "next instant": "no retry before the trigger's next instant",
+    "event age": "no retry within retry.max_event_age ({age})",
+}
+
+
+def _age_text(seconds: int | None) -> str:
+    return "none" if seconds is None else format_duration(timedelta(seconds=seconds))
+
+
+def age_origin_us(fire: Fire) -> int:
+    """The instant a fire's event age counts from: its latest redrive; else its first attempt for a
+    caught-up or backfilled fire (its instant is past by design, decision 0032); else its instant."""
+    if fire.redriven_us is not None:
+        return fire.redriven_us
+    if fire.lane != Lane.ON_TIME.value and fire.dispatched_us is not None:
+        return fire.dispatched_us
+    return fire.scheduled_us
+
+
+def _age_left_s(job: DispatchJob, now_us: int) -> float | None:
+    """Seconds left before the fire's event age reaches ``max_event_age_s`` (None: no age bound)."""
+    age = job.policies.max_event_age_s
+    if age is None:
+        return None
+    return max(0.0, (age_origin_us(job.fire) + age * 1_000_000 - now_us) / 1e6)
 
 
 #: A store that failed while an attempt was being prepared (a failover, a lost connection): the fire

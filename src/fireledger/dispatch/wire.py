@@ -48,6 +48,11 @@ __all__ = [
 
 #: An idle pooled connection older than this is closed rather than reused (aiohttp's default too).
 KEEPALIVE_S = 15.0
+#: The least time after the write before "the peer's TCP acknowledged none of it" is evidence: a
+#: receiver's kernel may delay its ACK (Linux: up to 200 ms) and a first segment may need one
+#: retransmission; a request written later than this before its deadline keeps the rule for a
+#: written request (decision 0133: errors only towards caution).
+ACK_GRACE_S = 0.5
 #: Largest response head (status line and headers, interim heads included) read from a target; a
 #: longer one fails the exchange as a protocol error (the parser would otherwise buffer it whole
 #: until the attempt's deadline: decision 0092).
@@ -94,6 +99,7 @@ class Target:
     ip: str | None             # the host as an IP literal, when it is one (no resolution then)
     server_hostname: str       # SNI and certificate name
     prefix: bytes              # "POST <path> HTTP/1.1\r\nhost: ...\r\nuser-agent: ...\r\n"
+    path: str = "/"            # the path without the query: the endpoint, for the connection limits
 
 
 def parse_target(url: str, user_agent: str) -> Target:
@@ -103,6 +109,7 @@ def parse_target(url: str, user_agent: str) -> Target:
         host = u.raw_host
         port = u.port
         path = u.raw_path_qs or "/"
+        endpoint = u.raw_path or "/"
         host_header = u.host_port_subcomponent
     except (TypeError, ValueError) as exc:
         raise ValueError(f"url is not a valid URL: {exc}") from None
@@ -118,7 +125,7 @@ def parse_target(url: str, user_agent: str) -> Target:
         raise ValueError("url must not contain whitespace or line breaks")
     prefix = f"POST {path} HTTP/1.1\r\nhost: {host_header}\r\nuser-agent: {user_agent}\r\n".encode()
     return Target(origin=(u.scheme, host, port), tls=u.scheme == "https", ip=ip,
-                  server_hostname=host.rstrip("."), prefix=prefix)
+                  server_hostname=host.rstrip("."), prefix=prefix, path=endpoint)
 
 
 _VETTED_NAMES: set[str] = set()
@@ -291,10 +298,13 @@ class Connection(asyncio.Protocol):
         """Write ``data`` and wait for the response head until ``deadline`` (a ``loop.time()``),
         then for the end of the body (at most ``body_cap`` bytes) within what is left. Raises
         :class:`ExchangeError` when no head arrived: ``sent=True`` unless the kernel shows that the
-        receiver's TCP acknowledged none of the request — checked ``ack_bound_s`` after the write
-        (kind ``unacked``, abandoned then) and at the deadline — where it is ``sent=False``."""
+        receiver's TCP acknowledged none of the request — checked ``ack_bound_s`` (at least
+        :data:`ACK_GRACE_S`) after the write (kind ``unacked``, abandoned then) and at the deadline
+        if the write was at least :data:`ACK_GRACE_S` before it — where it is ``sent=False``."""
         transport = self.transport
         assert transport is not None
+        if loop.time() >= deadline:   # e.g. connected at the deadline: not written, so not sent
+            raise ExchangeError("timeout", "no time left to write the request", sent=False)
         self.state = _HEAD
         self.status = 0
         self.interim = self.over_cap = self.keep_alive = self._expired = False
@@ -304,9 +314,11 @@ class Connection(asyncio.Protocol):
         waiter = self.waiter = loop.create_future()
         self.acked_before = tcp_acked(self.sock)
         transport.write(data)   # the request is handed to the connection: the target may see it
+        written_at = loop.time()
         timer = loop.call_at(deadline, self.expire)
         check = None
-        if self.acked_before is not None and loop.time() + ack_bound_s < deadline:
+        ack_bound_s = max(ack_bound_s, ACK_GRACE_S)
+        if self.acked_before is not None and written_at + ack_bound_s < deadline:
             check = loop.call_later(ack_bound_s, self._check_acked, ack_bound_s)
         try:
             if self.state == _HEAD and not self.closed:
@@ -314,7 +326,7 @@ class Connection(asyncio.Protocol):
             if self.state == _HEAD:
                 if self.closed:   # closed without a word before the write was noticed
                     raise ExchangeError("closed", "the connection was closed before the response", sent=True)
-                if self.unacknowledged():
+                if loop.time() - written_at >= ACK_GRACE_S and self.unacknowledged():
                     raise ExchangeError("unacked", "no response before the deadline, and the receiver's TCP "
                                         "acknowledged none of the request: it never reached the receiver",
                                         sent=False)

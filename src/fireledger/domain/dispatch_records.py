@@ -75,53 +75,6 @@ class ClaimedJob:
     admission: str
 
 
-@dataclass
-class RankCache:
-    """The fair order of a large backlog, kept between claim rounds of one dispatcher (SQLite).
-
-    Ranking a lane's whole backlog costs time proportional to the backlog (≈100 ms at 10,000 due
-    fires on this machine class) while a round admits a few hundred, so a burst used to be ranked
-    again for every round. With a cache, a lane is ranked ``depth`` fires deep and later rounds take
-    the next candidates from that order (re-checked live and due inside the write transaction, as
-    always) until fewer than a round's worth remain or the order is too old: older than
-    ``max_age_us`` and than ``cost_factor`` times what the last ranking took. The cost is bounded
-    staleness: a fire committed after the ranking — or a tenant whose quota freed up — is placed in
-    the order at the next ranking, at most that age later (decision 0074).
-    """
-
-    max_age_us: int = 200_000
-    depth: int = 4096
-    #: The order may also be kept for this many times what ranking it cost, so ranking never takes
-    #: more than about a tenth of the claim thread's time however large the backlog.
-    cost_factor: int = 10
-    lanes: dict[str, tuple[int, list[Fire]]] = field(default_factory=dict)   # lane → (ranked at, order)
-    rankings: int = 0   # how many times a non-empty lane was ranked (observability and tests)
-    last_cost_us: int = 0   # what the last ranking took (a cost measurement, not a time of day)
-
-    def take(self, lane: str, now_us: int, limit: int) -> list[Fire] | None:
-        """The next ``limit`` candidates of ``lane`` from a fresh enough order, else None (rank)."""
-        entry = self.lanes.get(lane)
-        age_limit = max(self.max_age_us, self.cost_factor * self.last_cost_us)
-        if entry is None or now_us - entry[0] > age_limit or len(entry[1]) < limit:
-            return None
-        return entry[1][:limit]
-
-    def keep(self, lane: str, now_us: int, ranked: list[Fire], cost_us: int = 0) -> None:
-        self.lanes[lane] = (now_us, ranked)
-        if ranked:
-            self.rankings += 1
-            self.last_cost_us = cost_us
-
-    def settle(self, lane: str, offered: Sequence[Fire], gone: set[tuple[str, str, int, int]]) -> None:
-        """Drop from the order the offered candidates that were leased or are no longer due; those
-        left waiting by the shaper keep their place at the front."""
-        entry = self.lanes.get(lane)
-        if entry is None:
-            return
-        head = [f for f in offered if _pk(f) not in gone]
-        self.lanes[lane] = (entry[0], head + entry[1][len(offered):])
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     jobs: list[ClaimedJob]
@@ -146,9 +99,5 @@ class QueueMessage:
         return FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq)
 
 
-def _pk(f: Fire) -> tuple[str, str, int, int]:
-    return (f.tenant_id, f.trigger_id, f.scheduled_us, f.seq)
-
-
-__all__ = ["ON_TIME", "OUTCOMES", "ClaimResult", "ClaimSnapshot", "ClaimedJob", "QueueMessage", "RankCache",
+__all__ = ["ON_TIME", "OUTCOMES", "ClaimResult", "ClaimSnapshot", "ClaimedJob", "QueueMessage",
            "Settlement", "ShapedDecision", "Shaper"]

@@ -91,7 +91,13 @@ class Policies:
     outcome_window_s: int = 3600
     jitter_s: int = 0
     timeout_s: float = 30.0
+    #: The retry policy (``retry`` in the API, decision 0147): attempts in all (1–185), the backoff's
+    #: first step and cap (equal jitter between half and all of the step), and the longest a fire may
+    #: keep retrying after its instant (None: no bound but the attempts and the next instant).
     max_attempts: int = 8
+    min_backoff_s: float = 1.0
+    max_backoff_s: float = 300.0
+    max_event_age_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +273,10 @@ class Fire:
     eps_us: int | None = None           # ε at the decision and its source (None: not recorded)
     eps_source: str | None = None
     attempt_list: tuple[Attempt, ...] = field(default=())
+    #: A redriven fire (decision 0148): the attempts made before its latest redrive (its retry policy
+    #: counts the attempts after them) and when that redrive was made (None: never redriven).
+    attempt_base: int = 0
+    redriven_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,7 @@ def plan_due(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanContext)
         # The hot path: one instant, on time (the general loop below decides the same, slower).
         following = next_fn(first)
         if following is None or following > earliest:
-            nb = dispatch_not_before_us(row.trigger_id, first, policies.jitter_s)
+            nb = dispatch_not_before_us(row.trigger_id, first, policies.jitter_s, following)
             only = NewFire(
                 tenant_id=row.tenant_id, trigger_id=row.trigger_id, scheduled_us=first, seq=0,
                 version=row.version, kind=FireKind.SCHEDULED, lane=Lane.ON_TIME, state=FireState.PENDING,
@@ -141,9 +141,10 @@ def plan_general(row: DueRow, next_fn: NextFn, policies: Policies, ctx: PlanCont
     else:
         quiet.extend(fire(u, FireKind.CATCH_UP, Lane.CATCH_UP, FireState.SKIPPED,
                           "skipped: missed; missed-fire policy is skip") for u in within)
-    for u in on_time:
+    for i, u in enumerate(on_time):
         f = fire(u, FireKind.SCHEDULED, Lane.ON_TIME, FireState.PENDING)
-        nb = dispatch_not_before_us(row.trigger_id, u, policies.jitter_s)
+        following = on_time[i + 1] if i + 1 < len(on_time) else new_next
+        nb = dispatch_not_before_us(row.trigger_id, u, policies.jitter_s, following)
         fires.append(f if nb is None else replace(f, not_before_us=max(nb, earliest)))
 
     quiet = _bounded_quiet(quiet, ctx.record_cap, overflow)

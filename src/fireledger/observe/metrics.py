@@ -148,6 +148,9 @@ class StoreCollector:
                                 value=1.0 if reading.synchronous else 0.0)
         yield GaugeMetricFamily("fireledger_store_sync_standbys", "Streaming synchronous standbys of the primary",
                                 value=float(reading.sync_standbys))
+        yield GaugeMetricFamily("fireledger_store_sync_required", "1 while synchronous_standby_names is set: "
+                                "commits wait for a standby (stalled while none streams)",
+                                value=1.0 if reading.sync_required else 0.0)
         yield GaugeMetricFamily("fireledger_store_timeline", "WAL timeline of the primary (each promotion "
                                 "increments it; 0: not a PostgreSQL primary)", value=float(reading.timeline))
         yield CounterMetricFamily("fireledger_store_failovers", "Primary changes this process has seen",
@@ -223,4 +226,17 @@ class StoreCollector:
 
 METRICS = Metrics()
 
-__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "Metrics", "StoreCollector"]
+_CHILDREN: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def labelled(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once per (metric, label values) in this process: the hot
+    path (several per dispatch attempt) skips the library's lock and label validation."""
+    key = (id(metric), labels)
+    got = _CHILDREN.get(key)
+    if got is None:
+        got = _CHILDREN[key] = metric.labels(*labels)
+    return got
+
+
+__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "Metrics", "StoreCollector", "labelled"]

@@ -50,6 +50,7 @@ def fire_record(f: Fire) -> dict[str, Any]:
         "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
         "eps_source": f.eps_source,
         "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
+        "redriven_at": instant(f.redriven_us),
         "attempts": [
             {"attempt": a.number, "started_at": instant(a.started_us), "finished_at": instant(a.finished_us),
              "result": a.result, "http_status": a.http_status, "error": a.error,

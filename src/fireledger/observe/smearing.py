@@ -14,7 +14,13 @@ fires smearing applies to; withheld ones left out):
 * **avoided peak** = without − with (fires per second), ``avoided_ratio`` = avoided / without, and
   ``peak_ratio`` = without / with;
 * **peak dispatched** — the largest number of *first attempts* started in one second, measured
-  (``dispatched_at``): the smear as it happened, including the decision delay and lane shaping.
+  (``dispatched_at``): the smear as it happened, including the decision delay and lane shaping;
+* **capped fires** — smeared fires whose trigger's next instant is closer than twice the window:
+  their offset is kept below half that gap, so smearing never reorders a trigger's own fires
+  (decision 0145). The recomputation takes the next instant from the version's own schedule;
+* **lateness of smeared fires**, raw (dispatched − scheduled) beside *net of the declared smear*
+  (dispatched − dispatch not-before): p50, p99 and max in seconds. The raw figure is what the
+  tenant sees; the net one is what the service added on top of the smear it declared.
 
 Seconds are UTC epoch seconds (``floor(µs / 10⁶)``). The whole store (every tenant) or one tenant.
 :class:`SmearingCollector` exports the last 15 minutes as Prometheus gauges, recomputed at most once
@@ -24,6 +30,7 @@ a minute (reads the ledger by tenant over its tenant/instant index; off the fire
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -31,9 +38,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fireledger.definitions import next_us, recurrence_of
 from fireledger.domain.keys import from_us
-from fireledger.domain.smearing import dispatch_not_before_us, is_popular
-from fireledger.recurrence import format_instant
+from fireledger.domain.smearing import dispatch_not_before_us, is_capped, is_popular
+from fireledger.recurrence import Recurrence, RecurrenceError, format_instant
 
 log = logging.getLogger("fireledger.observe")
 
@@ -66,6 +74,9 @@ class SmearingReport:
     without: Peak
     with_: Peak
     dispatched: Peak
+    capped_fires: int = 0      # smeared fires whose offset the trigger's next instant capped
+    lateness_raw: dict[str, float | None] | None = None   # smeared and dispatched: p50/p99/max, s
+    lateness_net: dict[str, float | None] | None = None   # the same, net of the declared smear
 
     @property
     def avoided_peak_per_s(self) -> int:
@@ -88,7 +99,24 @@ class SmearingReport:
             "peak_dispatched": self.dispatched.as_json(),
             "avoided_peak_per_s": self.avoided_peak_per_s, "avoided_ratio": self.avoided_ratio,
             "peak_ratio": self.peak_ratio,
+            "capped_fires": self.capped_fires,
+            "smear_cap": "a smeared fire's offset stays below half the gap to its trigger's next instant, "
+                         "so smearing never reorders a trigger's own fires",
+            "smeared_lateness_s": {"raw": self.lateness_raw or _summary([]),
+                                   "net_of_smear": self.lateness_net or _summary([])},
         }
+
+
+def _summary(values_us: list[int]) -> dict[str, float | None]:
+    """p50 / p99 / max of µs values, in seconds (nearest rank); None for each when empty."""
+    if not values_us:
+        return {"fires": 0, "p50": None, "p99": None, "max": None}
+    v = sorted(values_us)
+
+    def rank(q: float) -> float:
+        return v[max(0, math.ceil(q * len(v)) - 1)] / US
+
+    return {"fires": len(v), "p50": rank(0.5), "p99": rank(0.99), "max": v[-1] / US}
 
 
 def _peak(counts: Counter[int]) -> Peak:
@@ -103,44 +131,85 @@ class _Tally:
         self.without: Counter[int] = Counter()
         self.with_: Counter[int] = Counter()
         self.dispatched: Counter[int] = Counter()
-        self.fires = self.popular = self.smeared = self.opted_out = self.n_dispatched = 0
+        self.fires = self.popular = self.smeared = self.opted_out = self.n_dispatched = self.capped = 0
+        self.raw: list[int] = []
+        self.net: list[int] = []
 
-    def add(self, trigger_id: str, scheduled_us: int, dispatched_us: int | None, jitter_s: int) -> None:
+    def add(self, trigger_id: str, scheduled_us: int, dispatched_us: int | None, jitter_s: int,
+            next_us: int | None = None) -> None:
+        """Count one on-time scheduled fire; ``next_us`` is its trigger's next instant (the cap)."""
         self.fires += 1
         self.without[scheduled_us // US] += 1
-        nb = dispatch_not_before_us(trigger_id, scheduled_us, jitter_s)
+        nb = dispatch_not_before_us(trigger_id, scheduled_us, jitter_s, next_us)
         self.with_[(scheduled_us if nb is None else nb) // US] += 1
         if is_popular(scheduled_us):
             self.popular += 1
             if jitter_s > 0:
                 self.smeared += 1
+                self.capped += is_capped(scheduled_us, jitter_s, next_us)
             else:
                 self.opted_out += 1
         if dispatched_us is not None:
             self.n_dispatched += 1
             self.dispatched[dispatched_us // US] += 1
+            if nb is not None:
+                self.raw.append(max(0, dispatched_us - scheduled_us))
+                self.net.append(max(0, dispatched_us - nb))
+
+
+class _Versions:
+    """Per (trigger, version): the jitter window and the compiled schedule, read once."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.jitter: dict[tuple[str, int], int] = {}
+        self.recs: dict[tuple[str, int], Recurrence | None] = {}
+
+    def jitter_s(self, trigger_id: str, version: int) -> int:
+        key = (trigger_id, version)
+        j = self.jitter.get(key)
+        if j is None:
+            j = self.jitter[key] = self.store.registry.version_jitter_s(trigger_id, version)
+        return j
+
+    def next_instant(self, trigger_id: str, version: int, scheduled_us: int) -> int | None:
+        key = (trigger_id, version)
+        if key not in self.recs:
+            v = self.store.registry.get_version(trigger_id, version)
+            try:
+                self.recs[key] = None if v is None else recurrence_of(v)
+            except RecurrenceError:
+                self.recs[key] = None
+        rec = self.recs[key]
+        if rec is None:
+            return None
+        try:
+            return next_us(rec, scheduled_us)
+        except RecurrenceError:
+            return None
 
 
 def smearing_report(store: Any, from_us: int, to_us: int, tenant_ids: Iterable[str] | None = None) -> SmearingReport:
     """The report over scheduled instants in ``[from_us, to_us)`` for ``tenant_ids`` (default: every
     tenant of the store). Read only; pages through the ledger ``PAGE`` rows at a time."""
     tally = _Tally()
-    jitter: dict[tuple[str, int], int] = {}
+    versions = _Versions(store)
     for tenant_id in (store.history.tenant_ids() if tenant_ids is None else tenant_ids):
         after: tuple[int, str, int] | None = None
         while True:
             rows = store.history.smear_rows(tenant_id, from_us, to_us, after=after, limit=PAGE)
             for trigger_id, version, scheduled_us, _seq, dispatched_us in rows:
-                j = jitter.get((trigger_id, version))
-                if j is None:
-                    j = jitter[(trigger_id, version)] = store.registry.version_jitter_s(trigger_id, version)
-                tally.add(trigger_id, scheduled_us, dispatched_us, j)
+                j = versions.jitter_s(trigger_id, version)
+                nxt = (versions.next_instant(trigger_id, version, scheduled_us)
+                       if j > 0 and is_popular(scheduled_us) else None)
+                tally.add(trigger_id, scheduled_us, dispatched_us, j, nxt)
             if len(rows) < PAGE:
                 break
             last = rows[-1]
             after = (last[2], last[0], last[3])
     return SmearingReport(from_us, to_us, tally.fires, tally.popular, tally.smeared, tally.opted_out,
-                          tally.n_dispatched, _peak(tally.without), _peak(tally.with_), _peak(tally.dispatched))
+                          tally.n_dispatched, _peak(tally.without), _peak(tally.with_), _peak(tally.dispatched),
+                          tally.capped, _summary(tally.raw), _summary(tally.net))
 
 
 class SmearingCollector:

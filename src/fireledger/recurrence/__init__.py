@@ -6,6 +6,7 @@ used by the timing loop and by preview alike. No function here reads a clock or 
 """
 
 from .errors import NoMatchError, RecurrenceError
+from .explain import explain as explain_schedule
 from .instants import format_duration, format_instant, parse_duration, parse_instant
 from .schedule import (
     CronRecurrence,
@@ -39,6 +40,7 @@ __all__ = [
     "compile_interval",
     "compile_once",
     "compile_spec",
+    "explain_schedule",
     "format_duration",
     "format_instant",
     "iter_occurrences",

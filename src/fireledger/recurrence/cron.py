@@ -4,16 +4,23 @@ Parsing and field matching are cronsim's (a well-kept evaluator). We use it only
 wall time, where it has no DST quirks; turning a matching wall time into an instant, with the
 declared DST rules, is :mod:`fireledger.recurrence.schedule`'s job.
 
-Accepted: 5 fields (minute hour day-of-month month day-of-week) or 6 with leading seconds; ``*``,
-lists, ranges, steps, month and day names, ``@hourly @daily @midnight @weekly @monthly @yearly
-@annually``; ``L`` and ``LW`` in day-of-month; ``nL`` (last weekday n of the month) and ``n#k`` in
-day-of-week. Day-of-month and day-of-week combine with OR when both are restricted (neither starts
-with ``*``), as in Vixie cron; otherwise with AND.
+Accepted: 5 fields (minute hour day-of-month month day-of-week), 6 with leading seconds, or 7 with
+leading seconds and a trailing year (Quartz order: ``sec min hour dom month dow year``, years
+1970-2199); ``*``, lists, ranges, steps, month and day names, ``@hourly @daily @midnight @weekly
+@monthly @yearly @annually``; ``L``, ``LW`` and ``nW`` (the weekday nearest day n, never leaving the
+month: Quartz's rule) in day-of-month; ``nL`` (last weekday n of the month) and ``n#k`` in
+day-of-week; ``?`` (no specific value, Quartz) standing alone in one of the two day fields, read as
+``*``. Day-of-month and day-of-week combine with OR when both are restricted (neither is ``*``-led
+nor ``?``), as in Vixie cron; otherwise with AND. cronsim knows neither ``nW``, ``?`` nor a year:
+those three are ours (:class:`CronFields`), the rest is handed to cronsim unchanged.
 """
 
 from __future__ import annotations
 
+import calendar
 from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import MAXYEAR, date, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
@@ -37,6 +44,7 @@ _FIELDS = [
     ("day-of-month", 1, 31),
     ("month", 1, 12),
     ("day-of-week", 0, 7),
+    ("year", 1970, 2199),
 ]
 _MONTHS = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
 _DAYS = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"]
@@ -81,6 +89,12 @@ def _check_field(name: str, lo: int, hi: int, text: str) -> str:
     cronsim reads a one-value range with a step as "from there to the end of the field" (``5-5/2``
     would be 5,7,9,…,59); cron means the single value.
     """
+    if "?" in text:
+        if name not in ("day-of-month", "day-of-week"):
+            raise RecurrenceError(name, "? (no specific value) is allowed only in day-of-month or day-of-week")
+        if text != "?":
+            raise RecurrenceError(name, f"{text!r}: ? must stand alone")
+        return text
     terms = []
     for term in text.split(","):
         terms.append(term)
@@ -95,6 +109,13 @@ def _check_field(name: str, lo: int, hi: int, text: str) -> str:
         if base == "*":
             continue
         if name == "day-of-month" and base in ("L", "LW"):
+            if slash:
+                raise RecurrenceError(name, f"{base} cannot take a step")
+            continue
+        if name == "day-of-month" and base.endswith("W"):
+            if not _is_number(base[:-1]):
+                raise RecurrenceError(name, f"{base}: W needs a day number 1-31 before it (e.g. 15W)")
+            _value(name, lo, hi, base[:-1])
             if slash:
                 raise RecurrenceError(name, f"{base} cannot take a step")
             continue
@@ -125,12 +146,25 @@ def _check_field(name: str, lo: int, hi: int, text: str) -> str:
     return ",".join(terms)
 
 
-def normalise(expr: str) -> str:
-    """Validate ``expr`` and return it as a 6-field expression (seconds first), upper-cased.
+@dataclass(frozen=True, slots=True)
+class CronFields:
+    """A validated expression, split into what cronsim evaluates and what we add to it.
 
-    Raises :class:`RecurrenceError` naming the offending field (e.g. ``day-of-week: 8 is out of
-    range 0-7``), or :class:`NoMatchError` for an expression that can never match (``0 0 30 2 *``).
+    ``canonical`` is the expression as stored and shown (6 fields, or 7 with a year; upper-cased);
+    ``sim`` is the 6-field text cronsim parses (``?`` read as ``*``, ``nW`` terms taken out);
+    ``nearest_weekdays`` the n of every ``nW`` term; ``years`` the allowed years, or None for any;
+    ``day_and`` whether day-of-month and day-of-week must both match (else either).
     """
+
+    canonical: str
+    sim: str
+    nearest_weekdays: tuple[int, ...]
+    years: tuple[int, ...] | None
+    day_and: bool
+    dom_rest: bool   # day-of-month has terms besides nW (cronsim's match_dom decides those)
+
+
+def _split(expr: str) -> list[str]:
     if not isinstance(expr, str) or not expr.strip():
         raise RecurrenceError("cron", "the expression is empty")
     if len(expr) > _MAX_EXPR_LEN:
@@ -144,41 +178,130 @@ def normalise(expr: str) -> str:
     parts = text.upper().split()
     if len(parts) == 5:
         parts.insert(0, "0")
-    elif len(parts) != 6:
+    elif len(parts) not in (6, 7):
         raise RecurrenceError(
-            "cron", f"expected 5 fields (or 6 with leading seconds), got {len(parts)}"
+            "cron", f"expected 5 fields (6 with leading seconds, 7 with seconds and a year), got {len(parts)}"
         )
-    parts = [_check_field(name, lo, hi, part) for (name, lo, hi), part in zip(_FIELDS, parts, strict=True)]
-    return " ".join(parts)
+    return [_check_field(name, lo, hi, part) for (name, lo, hi), part in zip(_FIELDS, parts, strict=False)]
+
+
+def _expand(text: str, lo: int, hi: int) -> set[int]:
+    """The values of a validated plain numeric field (the year): ``*``, lists, ranges, steps."""
+    out: set[int] = set()
+    for term in text.split(","):
+        base, _, step = term.partition("/")
+        if base == "*":
+            a, b = lo, hi
+        elif "-" in base:
+            x, _, y = base.partition("-")
+            a, b = int(x), int(y)
+        else:
+            a = int(base)
+            b = hi if step else a
+        out.update(range(a, b + 1, int(step) if step else 1))
+    return out
+
+
+def parse(expr: str) -> CronFields:
+    """Validate ``expr`` and split it (see :class:`CronFields`).
+
+    Raises :class:`RecurrenceError` naming the offending field (e.g. ``day-of-week: 8 is out of
+    range 0-7``, ``year: 2300 is out of range 1970-2199``).
+    """
+    parts = _split(expr)
+    if parts[3] == "?" and parts[5] == "?":
+        raise RecurrenceError("day-of-week", "? in both day fields names no day: give one of them a value or *")
+    years = None
+    if len(parts) == 7 and parts[6] != "*":
+        years = tuple(sorted(_expand(parts[6], 1970, 2199)))
+    dom_terms = parts[3].replace("?", "*").split(",")
+    nearest = tuple(sorted({int(t[:-1]) for t in dom_terms if t.endswith("W") and t != "LW"}))
+    rest = [t for t in dom_terms if not (t.endswith("W") and t != "LW")]
+    sim = [p if p != "?" else "*" for p in parts[:6]]
+    sim[3] = ",".join(rest) if rest else "*"
+    day_and = parts[3].startswith(("*", "?")) or parts[5].startswith(("*", "?"))
+    return CronFields(" ".join(parts), " ".join(sim), nearest, years, day_and, bool(rest))
+
+
+def normalise(expr: str) -> str:
+    """Validate ``expr`` and return it as a 6-field expression (seconds first), upper-cased — or 7
+    fields when it carries a year.
+
+    Raises :class:`RecurrenceError` naming the offending field (e.g. ``day-of-week: 8 is out of
+    range 0-7``), or :class:`NoMatchError` for an expression that can never match (``0 0 30 2 *``).
+    """
+    return parse(expr).canonical
+
+
+def nearest_weekday(year: int, month: int, n: int) -> int | None:
+    """Quartz's ``nW``: the day of the month that is the weekday (Mon-Fri) nearest day ``n``, never
+    leaving the month (``1W`` on a Saturday is Monday the 3rd; ``31W`` on a Sunday is Friday the
+    29th); None when the month has no day ``n``."""
+    first_dow, last = calendar.monthrange(year, month)
+    if n > last:
+        return None
+    dow = (first_dow + n - 1) % 7   # Monday = 0
+    if dow == 5:    # Saturday: the Friday before, unless that is in the previous month
+        return n - 1 if n > 1 else n + 2
+    if dow == 6:    # Sunday: the Monday after, unless that is in the next month
+        return n + 1 if n < last else n - 2
+    return n
+
+
+def _day_matcher(fields: CronFields, sim: CronSim) -> Callable[[date], bool]:
+    """The date predicate: cronsim's own when there is no ``nW`` term, else ours around it."""
+    if not fields.nearest_weekdays:
+        return sim.match_day
+    nearest, dom_rest, day_and = fields.nearest_weekdays, fields.dom_rest, fields.day_and
+    match_dom, match_dow = sim.match_dom, sim.match_dow
+
+    def match_day(d: date) -> bool:
+        dom = (dom_rest and match_dom(d)) or any(nearest_weekday(d.year, d.month, n) == d.day for n in nearest)
+        return (dom and match_dow(d)) if day_and else (dom or match_dow(d))
+
+    return match_day
 
 
 class WallMatcher:
     """A compiled cron expression that finds matching *naive wall times*.
 
     cronsim parses the expression into field sets and decides whether a *date* matches (month,
-    day-of-month, day-of-week with ``L``/``LW``/``#`` and the Vixie OR rule). The time of day is
-    found here by bisecting the sorted hour/minute/second sets, which is several times faster than
-    stepping (see docs/decisions/0002-cron-evaluator.md).
+    day-of-month, day-of-week with ``L``/``LW``/``#`` and the Vixie OR rule); ``nW`` and the year
+    are ours (:func:`parse`). The time of day is found here by bisecting the sorted
+    hour/minute/second sets, which is several times faster than stepping (see
+    docs/decisions/0002-cron-evaluator.md).
     """
 
-    __slots__ = ("_hours", "_minutes", "_months", "_seconds", "_sim", "expression")
+    __slots__ = ("_hours", "_match_day", "_minutes", "_months", "_seconds", "_sim", "_years", "expression",
+                 "fields")
 
     def __init__(self, expr: str) -> None:
-        self.expression = normalise(expr)
+        self.fields = parse(expr)
+        self.expression = self.fields.canonical
         try:
-            sim = CronSim(self.expression, datetime(2000, 1, 1))
+            sim = CronSim(self.fields.sim, datetime(2000, 1, 1))
         except CronSimError:
             # Our validation passed, so the only remaining refusal is a day that never exists.
             raise NoMatchError(
                 "cron", f"{expr.strip()!r} never matches (no such day in the months it names)"
             ) from None
         self._sim = sim
+        self._match_day = _day_matcher(self.fields, sim)
         self._seconds = sorted(sim.seconds)
         self._minutes = sorted(sim.minutes)
         self._hours = sorted(sim.hours)
         self._months = frozenset(sim.months)
-        # Refuse expressions that never match (0 0 31 4,6 *): probe once from a fixed point.
-        self.next_wall(datetime(2000, 1, 1))
+        self._years = self.fields.years
+        # Refuse expressions that never match (0 0 31 4,6 *): probe once from a fixed point (before
+        # the first year it names, if it names years).
+        probe = datetime(2000, 1, 1) if self._years is None else datetime(self._years[0] - 1, 12, 31)
+        try:
+            found = self.next_wall(probe)
+        except NoMatchError:
+            found = None
+        if found is None:
+            within = "in the years it names" if self._years is not None else "within 50 years"
+            raise NoMatchError("cron", f"{expr.strip()!r} never matches {within}")
 
     def _time_on_or_after(self, h: int, m: int, s: int) -> tuple[int, int, int] | None:
         """Smallest matching (hour, minute, second) >= (h, m, s) within one day, or None."""
@@ -198,22 +321,45 @@ class WallMatcher:
             return hours[i], minutes[0], seconds[0]
         return None
 
-    def next_wall(self, wall: datetime) -> datetime:
-        """The first matching wall time strictly after naive ``wall`` (whole seconds).
+    def _next_year(self, year: int) -> int | None:
+        """The first allowed year >= ``year`` (``year`` itself when the expression names none)."""
+        years = self._years
+        if years is None:
+            return year
+        i = bisect_left(years, year)
+        return years[i] if i < len(years) else None
 
-        Raises :class:`NoMatchError` when nothing matches within 50 years.
+    def next_wall(self, wall: datetime) -> datetime | None:
+        """The first matching wall time strictly after naive ``wall`` (whole seconds), or None when
+        the expression names years and the last of them is over (the recurrence is exhausted).
+
+        Raises :class:`NoMatchError` when nothing matches within 50 years (within the years named).
         """
         try:
             start = wall.replace(microsecond=0, tzinfo=None) + _ONE_S
         except OverflowError:
             raise NoMatchError("cron", f"no time matches {self.expression!r} before the year 10000") from None
         day = start.date()
-        # Capped so that neither the day nor the month step below can run past 9999-12-31.
-        limit = day.replace(year=day.year + 50, day=1) if day.year + 50 <= MAXYEAR else _LAST_MONTH
-        match_day = self._sim.match_day
-        months = self._months
         hms: tuple[int, int, int] = (start.hour, start.minute, start.second)
+        years = self._years
+        if years is not None:
+            y = self._next_year(day.year)
+            if y is None:
+                return None
+            if y != day.year:
+                day, hms = date(y, 1, 1), (0, 0, 0)
+            limit = date(years[-1] + 1, 1, 1)
+        else:
+            # Capped so that neither the day nor the month step below can run past 9999-12-31.
+            limit = day.replace(year=day.year + 50, day=1) if day.year + 50 <= MAXYEAR else _LAST_MONTH
+        match_day = self._match_day
+        months = self._months
         while day < limit:
+            if years is not None and day.month == 1 and day.day == 1 and day.year not in years:
+                y = self._next_year(day.year)
+                if y is None:
+                    return None
+                day, hms = date(y, 1, 1), (0, 0, 0)
             if day.month not in months:
                 day = (day.replace(day=1) + _32_DAYS).replace(day=1)
                 hms = (0, 0, 0)
@@ -225,6 +371,8 @@ class WallMatcher:
                     return datetime(day.year, day.month, day.day, t[0], t[1], t[2])
             day += _ONE_DAY
             hms = (0, 0, 0)
+        if years is not None:
+            return None
         raise NoMatchError(
             "cron", f"no time matches {self.expression!r} within 50 years after {wall.isoformat()}"
         )

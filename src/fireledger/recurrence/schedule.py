@@ -1,7 +1,8 @@
 """Compiled recurrences and the one pure function that says when a trigger is due.
 
 ``next_after(compiled, after)`` returns the first instant strictly after ``after``, or ``None`` when
-the recurrence is exhausted (a past one-shot, a closed validity window). It reads no clock and does
+the recurrence is exhausted (a past one-shot, a closed validity window, a cron whose last named year
+is over). It reads no clock and does
 no I/O; the search is bounded and a recurrence that never matches raises :class:`NoMatchError`.
 
 DST rules (DESIGN.md invariant 6), for every cron expression:
@@ -266,8 +267,9 @@ def _fold_end_wall(zone: ZoneInfo, after_utc: datetime, local: datetime) -> date
     return t + off_before - _ONE_US
 
 
-def _next_cron(rec: CronRecurrence, after: datetime) -> tuple[datetime, datetime, Note]:
-    """First (utc instant, wall, note) strictly after aware ``after``; unbounded by the window."""
+def _next_cron(rec: CronRecurrence, after: datetime) -> tuple[datetime, datetime, Note] | None:
+    """First (utc instant, wall, note) strictly after aware ``after``, unbounded by the window; None
+    once the last year the expression names is over."""
     zone = rec.zone
     try:
         after_utc = _utc_naive(after)
@@ -276,7 +278,10 @@ def _next_cron(rec: CronRecurrence, after: datetime) -> tuple[datetime, datetime
         if local.fold:
             wall = _fold_end_wall(zone, after_utc, local)
         for _ in range(_MAX_CANDIDATES):
-            wall = rec.matcher.next_wall(wall)
+            found = rec.matcher.next_wall(wall)
+            if found is None:
+                return None
+            wall = found
             instant, note = _resolve(zone, wall)
             if instant > after_utc:
                 return instant, wall, note
@@ -296,7 +301,10 @@ def next_occurrence(rec: Recurrence, after: datetime) -> Occurrence | None:
     if w.not_before is not None and after < w.not_before:
         after = w.not_before - _ONE_US
     if isinstance(rec, CronRecurrence):
-        inst, wall, note = _next_cron(rec, after)
+        found = _next_cron(rec, after)
+        if found is None:
+            return None
+        inst, wall, note = found
         instant = inst.replace(tzinfo=UTC)
         occ = Occurrence(instant, wall.replace(tzinfo=rec.zone, fold=0) if note != "gap" else wall, note)
     elif isinstance(rec, IntervalRecurrence):
@@ -327,7 +335,10 @@ def next_after(rec: Recurrence, after: datetime) -> datetime | None:
     if isinstance(rec, CronRecurrence):
         if w.not_before is not None and after < w.not_before:
             after = w.not_before - _ONE_US
-        inst = _next_cron(rec, after)[0].replace(tzinfo=UTC)
+        found = _next_cron(rec, after)
+        if found is None:
+            return None
+        inst = found[0].replace(tzinfo=UTC)
         if w.not_after is not None and inst > w.not_after:
             return None
         return inst

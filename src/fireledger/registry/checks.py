@@ -33,8 +33,9 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 #: of them is audited (``trigger.policy``) with the prior and new values.
 POLICY_FIELDS = frozenset({"missed_fire_policy", "catchup_horizon", "overlap_policy", "outcome_window"})
 #: Every field of a definition, as the API names them.
-DEFINITION_FIELDS = frozenset({"name", "schedule", "target_id", "payload", "jitter", "timeout"}) | POLICY_FIELDS
-_CRON_FIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month", "day-of-week"})
+DEFINITION_FIELDS = (frozenset({"name", "schedule", "target_id", "payload", "jitter", "timeout", "retry"})
+                     | POLICY_FIELDS)
+_CRON_FIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"})
 _SCHEDULE_STRINGS = ("cron", "every", "at", "zone", "anchor", "not_before", "not_after")
 _ONE_S = timedelta(seconds=1)
 #: field: (minimum, maximum, whole seconds only)
@@ -43,7 +44,13 @@ _DURATIONS: dict[str, tuple[timedelta, timedelta, bool]] = {
     "outcome_window": (_ONE_S, timedelta(days=7), True),
     "jitter": (timedelta(0), timedelta(hours=1), True),
     "timeout": (_ONE_S, timedelta(minutes=15), False),
+    "retry.min_backoff": (_ONE_S, timedelta(hours=1), False),
+    "retry.max_backoff": (_ONE_S, timedelta(hours=1), False),
+    "retry.max_event_age": (timedelta(minutes=1), timedelta(hours=24), True),
 }
+#: ``retry.max_attempts``: attempts in all, the first included (EventBridge Scheduler allows 0–185 retries).
+MAX_ATTEMPTS_RANGE = (1, 185)
+_RETRY_FIELDS = ("max_attempts", "min_backoff", "max_backoff", "max_event_age")
 
 
 def schedule_error(exc: RecurrenceError) -> tuple[str, str]:
@@ -116,7 +123,44 @@ def policies(values: dict[str, Any], base: Policies, errors: Errors) -> Policies
             secs = _duration_s(field, values[field], errors)
             if secs is not None:
                 changes[attr] = secs if attr == "timeout_s" else int(secs)
+    if values.get("retry") is not None:   # a create without one: None (the defaults)
+        changes.update(retry(values["retry"], base, errors))
     return replace(base, **changes)
+
+
+def retry(obj: Any, base: Policies, errors: Errors) -> dict[str, Any]:
+    """The :class:`Policies` changes of a ``retry`` object (decision 0147): its fields present replace
+    ``base``'s (an amendment may send one of them), ``max_event_age: null`` removes the age bound.
+    Problems name ``retry.<field>``; ``min_backoff`` may not exceed ``max_backoff`` (as they result)."""
+    if not isinstance(obj, dict):
+        errors.append(("retry", "must be an object with max_attempts, min_backoff, max_backoff, max_event_age"))
+        return {}
+    unknown = sorted(set(obj) - set(_RETRY_FIELDS))
+    errors.extend((f"retry.{k}", "is not a retry field (max_attempts, min_backoff, max_backoff, max_event_age)")
+                  for k in unknown)
+    out: dict[str, Any] = {}
+    if "max_attempts" in obj:
+        n, (lo, hi) = obj["max_attempts"], MAX_ATTEMPTS_RANGE
+        if isinstance(n, bool) or not isinstance(n, int) or not lo <= n <= hi:
+            errors.append(("retry.max_attempts", f"must be a whole number from {lo} to {hi} (attempts in all, "
+                                                 "the first included)"))
+        else:
+            out["max_attempts"] = n
+    for sub, attr in (("min_backoff", "min_backoff_s"), ("max_backoff", "max_backoff_s"),
+                      ("max_event_age", "max_event_age_s")):
+        if sub not in obj or (sub == "max_event_age" and obj[sub] is None):
+            if sub in obj:
+                out[attr] = None
+            continue
+        secs = _duration_s(f"retry.{sub}", obj[sub], errors)
+        if secs is not None:
+            out[attr] = int(secs) if sub == "max_event_age" else secs
+    lo_s = out.get("min_backoff_s", base.min_backoff_s)
+    hi_s = out.get("max_backoff_s", base.max_backoff_s)
+    if ("min_backoff_s" in out or "max_backoff_s" in out) and lo_s > hi_s:
+        field = "retry.min_backoff" if "min_backoff_s" in out else "retry.max_backoff"
+        errors.append((field, f"min_backoff ({lo_s:g}s) must not exceed max_backoff ({hi_s:g}s)"))
+    return out
 
 
 def payload(obj: Any, errors: Errors) -> bytes:
@@ -158,4 +202,4 @@ def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
 
 
 __all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "compile_schedule", "name",
-           "next_instant", "payload", "policies", "schedule_error", "stored_recurrence", "target_problem"]
+           "next_instant", "payload", "policies", "retry", "schedule_error", "stored_recurrence", "target_problem"]

@@ -61,7 +61,7 @@ from .errors import Conflict, Invalid, LimitReached, NotFound
 log = logging.getLogger("fireledger.registry")
 
 #: The fields that make a version's :class:`Policies`.
-_POLICY_INPUTS = checks.POLICY_FIELDS | {"jitter", "timeout"}
+_POLICY_INPUTS = checks.POLICY_FIELDS | {"jitter", "timeout", "retry"}
 #: Triggers per transaction in :meth:`Registry.create_many`.
 BATCH = 10_000
 

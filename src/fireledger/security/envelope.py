@@ -20,6 +20,8 @@
   (:meth:`fireledger.store.trust.SqlTrust.delete_tenant`): its payloads can no longer be opened by
   anyone. Unwrapped keys are cached per process for at most :data:`KEY_CACHE_S` seconds, so a
   deletion reaches every process within that time (at once in the deleting one: :meth:`forget`).
+  What the attempt runner opened is kept beside the key, by exact ciphertext, and served only while
+  that key is cached and fresh (:meth:`PayloadCipher.opened_cached`, decision 0138): the same bound.
 * **No plaintext path.** A payload without the envelope prefix is refused as unreadable (with that
   cause), never passed on as "legacy" plaintext.
 * **Target secrets.** A target's Standard Webhooks signing secret is sealed under the same tenant data
@@ -56,6 +58,8 @@ log = logging.getLogger("fireledger.security")
 MAGIC = b"FLE\x01"
 _WRAP_MAGIC = b"FLK\x01"
 KEY_CACHE_S = 2.0
+#: Opened payloads and secrets kept per tenant (decision 0138); the tenant's set is cleared when full.
+OPENED_CACHE_MAX = 20_000
 KEK_ENV = "FIRELEDGER_KEK"
 KEK_FILE_ENV = "FIRELEDGER_KEK_FILE"
 
@@ -188,6 +192,9 @@ class PayloadCipher:
         self._cache_s = cache_s
         self._keys: dict[str, tuple[bytes, float]] = {}
         self._lock = threading.Lock()
+        # Opened payloads and secrets by tenant, then by (what, id, version, ciphertext): served only
+        # while the tenant's data key is cached and fresh (:meth:`opened_cached`), dropped with it.
+        self._opened: dict[str, dict[tuple[str, str, int, bytes | str], bytes | str]] = {}
 
     @property
     def kek(self) -> bytes:
@@ -222,14 +229,43 @@ class PayloadCipher:
         with self._lock:
             if tenant_id is None:
                 self._keys.clear()
+                self._opened.clear()
             else:
                 self._keys.pop(tenant_id, None)
+                self._opened.pop(tenant_id, None)
 
     def has_key(self, tenant_id: str) -> bool:
         """Whether the tenant's data key is cached (and fresh) in this process."""
         with self._lock:
             hit = self._keys.get(tenant_id)
         return hit is not None and hit[1] > time.monotonic()
+
+    def opened_cached(self, tenant_id: str, trigger_id: str, version: int, blob: bytes, target_id: str | None = None,
+                      stored_secret: str | None = None) -> tuple[bytes, str | None] | None:
+        """The payload (and, with ``target_id``, the target's signing secret) as :meth:`open` /
+        :meth:`open_secret` opened them earlier from exactly these ciphertexts, or None. Served only
+        while the tenant's data key is cached and fresh, so a deleted tenant's payloads stop opening
+        within :data:`KEY_CACHE_S` exactly as without this cache (decision 0138)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._keys.get(tenant_id)
+            if hit is None or hit[1] <= now:
+                return None
+            seen = self._opened.get(tenant_id)
+            if seen is None:
+                return None
+            plain = seen.get(("p", trigger_id, version, blob))
+            secret = None if target_id is None else seen.get(("s", target_id, 0, stored_secret or ""))
+        if not isinstance(plain, bytes) or (target_id is not None and not isinstance(secret, str)):
+            return None
+        return plain, secret if isinstance(secret, str) else None
+
+    def _remember(self, tenant_id: str, key: tuple[str, str, int, bytes | str], value: bytes | str) -> None:
+        with self._lock:
+            seen = self._opened.setdefault(tenant_id, {})
+            if len(seen) >= OPENED_CACHE_MAX:
+                seen.clear()
+            seen[key] = value
 
     def data_key(self, tenant_id: str, *, create: bool) -> bytes:
         """The tenant's data key (created and installed on first use when ``create``)."""
@@ -273,9 +309,11 @@ class PayloadCipher:
             raise PayloadUnreadable(f"{where} was sealed for another version")
         key = self.data_key(tenant_id, create=False)
         try:
-            return AESGCM(key).decrypt(blob[12:24], blob[24:], _payload_ad(tenant_id, trigger_id, sealed))
+            plain = AESGCM(key).decrypt(blob[12:24], blob[24:], _payload_ad(tenant_id, trigger_id, sealed))
         except InvalidTag:
             raise PayloadUnreadable(f"{where} does not authenticate (tampered, or not this tenant's)") from None
+        self._remember(tenant_id, ("p", trigger_id, version, blob), plain)
+        return plain
 
     def seal_secret(self, tenant_id: str, target_id: str, secret: str) -> str:
         """The stored form of a target's signing secret: ``flsec1.`` + base64url(nonce ‖ AES-GCM)."""
@@ -300,9 +338,11 @@ class PayloadCipher:
             raise PayloadUnreadable(f"{where} is truncated")
         key = self.data_key(tenant_id, create=False)
         try:
-            return AESGCM(key).decrypt(raw[:12], raw[12:], _secret_ad(tenant_id, target_id)).decode("utf-8")
+            secret = AESGCM(key).decrypt(raw[:12], raw[12:], _secret_ad(tenant_id, target_id)).decode("utf-8")
         except (InvalidTag, UnicodeDecodeError):
             raise PayloadUnreadable(f"{where} does not authenticate (tampered, or not this target's)") from None
+        self._remember(tenant_id, ("s", target_id, 0, stored), secret)
+        return secret
 
 
 _CIPHERS: weakref.WeakKeyDictionary[Any, PayloadCipher] = weakref.WeakKeyDictionary()
@@ -335,6 +375,13 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     cipher = cipher_for(store)
     target = job.target
     signs = getattr(target, "kind", None) == "http"
+    hit = cipher.opened_cached(f.tenant_id, f.trigger_id, f.version, payload,
+                               target.id if signs else None, target.secret if signs else None)
+    if hit is not None:   # opened before from these very bytes, and the tenant's key is still live
+        plain, secret = hit
+        if not signs:
+            return replace(job, payload=plain)
+        return replace(job, payload=plain, target=replace(target, secret=secret))
 
     def opened() -> Any:
         plain = cipher.open(f.tenant_id, f.trigger_id, f.version, payload)

@@ -1,11 +1,12 @@
 """The dispatch area: claims, shaping state, settlement, queues, outcomes and tenant quotas.
 
 
-* :meth:`SqlDispatch.claim_shaped` — one claim transaction for all lanes: the due fires of
-  each lane in fair order (oldest first within a trigger, round-robin across a tenant's triggers and
-  across tenants), locked with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so any number of dispatch
-  processes share the lanes without double-claiming (on SQLite, one writer, the ranking is read just
-  before the write transaction and re-checked inside it); then the rate buckets those fires need
+* :meth:`SqlDispatch.claim_shaped` — one claim transaction for all lanes: a bounded batch of
+  each lane's due fires, read from an index in order (:mod:`.claim_sql`, decision 0130: what a claim
+  reads does not grow with the backlog), in fair order (oldest first within a trigger, round-robin
+  across a tenant's triggers and across tenants, held tenants last), locked with ``FOR UPDATE SKIP
+  LOCKED`` on PostgreSQL so any number of dispatch processes share the lanes without
+  double-claiming (SQLite has one writer); then the rate buckets those fires need
   (locked in key order, so concurrent claims never deadlock), the tenants' quotas and their attempts
   in flight in every process; a caller-supplied *shaper* (``fireledger.dispatch.shaping``) decides;
   the store leases the admitted fires, records their attempts and the new bucket states, and commits.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,29 +37,32 @@ from fireledger.domain.dispatch_records import (
     ClaimedJob,
     ClaimResult,
     ClaimSnapshot,
-    RankCache,
     Settlement,
     Shaper,
 )
 from fireledger.domain.instants import MAX_US, MIN_US, after_us, clamp_us
 from fireledger.domain.model import DispatchJob, Fire, FireState, Target, TriggerVersion
 
+from . import claim_sql
 from . import rows as rec
-from .core import expect_one
+from .core import AppendAudit, expect_one
 from .dispatching import _ids
-from .engine import StoreError
-from .queues import DispatchQueues, OutcomeRejected
+from .engine import Engine, StoreError
+from .queues import OutcomeRejected
+from .redrive import DispatchRedrive
 
 log = logging.getLogger("fireledger.store")
 
 
-def _pk(f: Fire) -> tuple[str, str, int, int]:
-    return (f.tenant_id, f.trigger_id, f.scheduled_us, f.seq)
-
-
-class SqlDispatch(DispatchQueues):
+class SqlDispatch(DispatchRedrive):
     """The dispatch plane's store (module docstring): claims and settlement here, queues, outcomes
-    and quotas in :class:`~fireledger.store.queues.DispatchQueues`."""
+    and quotas in :class:`~fireledger.store.queues.DispatchQueues`, dead letters and redrive in
+    :class:`~fireledger.store.redrive.DispatchRedrive`."""
+
+    def __init__(self, engine: Engine, append_audit: AppendAudit) -> None:
+        super().__init__(engine, append_audit)
+        #: Where each lane's tenant walk starts at this process's next claim (decision 0130).
+        self._rotation = claim_sql.Rotation()
 
     def claim_dispatch(self, lane: str, now_us: int, limit: int, owner: str,
                        lease_us: int, lease_margin_us: int = 0) -> list[DispatchJob]:
@@ -128,7 +131,7 @@ class SqlDispatch(DispatchQueues):
         return out
 
     def claim_shaped(self, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                     lease_margin_us: int, cache: RankCache | None = None) -> ClaimResult:
+                     lease_margin_us: int) -> ClaimResult:
         """Lease the fires ``shaper`` admits, in one transaction (see the module docstring).
 
         ``fetch`` maps a lane to how many candidates to offer from it (0 or absent: none). Each
@@ -137,70 +140,14 @@ class SqlDispatch(DispatchQueues):
         row started; a runner that dies leaves the lease to expire and the fire to be claimed again
         as a further attempt under the same key.
 
-        ``cache`` (SQLite only; ignored on PostgreSQL, where the order is read under ``SKIP LOCKED``
-        inside the transaction) lets a dispatcher reuse one ranking of a large backlog over several
-        rounds (:class:`RankCache`).
+        The candidates are a bounded batch read inside the transaction (:mod:`.claim_sql`, decision
+        0130): what a claim reads does not grow with the backlog, on either engine.
         """
-        ranked_first = not self.engine.caps.skip_locked   # one writer: rank before the write transaction
-        if ranked_first:
-            # SQLite has one writer: rank outside the write transaction (WAL readers block no one,
-            # so the timing loop keeps committing while a large backlog is ranked), then keep, in
-            # the transaction, only the candidates that are still live and due.
-            pre = {}
-            to_rank = {}
-            for lane, limit in fetch.items():
-                # Only the on-time lane's order is kept between rounds: the recovery lanes are paced
-                # and drained in the published shedding order, which must see their fires as they are.
-                use_cache = cache is not None and lane == ON_TIME
-                cached = cache.take(lane, now_us, limit) if use_cache and cache is not None and limit > 0 else None
-                if cached is None:
-                    to_rank[lane] = max(limit, cache.depth) if use_cache and cache is not None else limit
-                else:
-                    pre[lane] = cached
-            if to_rank:
-                started = time.perf_counter_ns()
-                with self.engine.read() as c:
-                    ranked = self._ranked_candidates(c, now_us, to_rank)
-                cost_us = (time.perf_counter_ns() - started) // 1000
-                for lane, fires in ranked.items():
-                    if cache is not None and lane == ON_TIME:
-                        cache.keep(lane, now_us, fires, cost_us)
-                    pre[lane] = fires[:fetch[lane]]
-        try:
-            return self._claim_in_transaction(now_us, owner, fetch, shaper, lease_margin_us,
-                                              pre if ranked_first else None, cache)
-        except BaseException:
-            if cache is not None:
-                cache.lanes.clear()   # the order may be stale in unknown ways: rank afresh
-            raise
-
-    def _claim_in_transaction(self, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                              lease_margin_us: int, pre: dict[str, list[Fire]] | None,
-                              cache: RankCache | None) -> ClaimResult:
         q = self.q
         with self.engine.write() as c:
-            if pre is not None:
-                keys_json = json.dumps([[f.tenant_id, f.trigger_id, f.scheduled_us, f.seq]
-                                        for fs in pre.values() for f in fs])
-                fresh = {(r[0], r[1], r[2], r[3]): rec.fire(r) for r in c.execute(
-                    q["dp_still_due"], {"ids": keys_json, "now_us": now_us}).fetchall()}
-                cands = {lane: [fresh[k] for k in (_pk(f) for f in fs) if k in fresh] for lane, fs in pre.items()}
-                # Another claimer (a thread or process sharing the file) took most of this order
-                # between the ranking and the lock: rank that lane again, now under the lock, so a
-                # contended round still offers what is due instead of coming back empty.
-                short = {lane: fetch[lane] for lane, fs in pre.items() if fs and 2 * len(cands[lane]) < len(fs)}
-                if short:
-                    cands.update(self._ranked_candidates(c, now_us, short))
-                    if cache is not None:
-                        for lane in short:
-                            cache.lanes.pop(lane, None)
-            else:
-                cands = self._ranked_candidates(c, now_us, fetch)
+            cands = self._ranked_candidates(c, now_us, fetch)
             offered = {lane: len(v) for lane, v in cands.items()}
             if not any(offered.values()):
-                if cache is not None and pre is not None:
-                    for lane, fs in pre.items():
-                        cache.settle(lane, fs, {_pk(f) for f in fs})
                 return ClaimResult([], None, {}, offered)
             keys = shaper.bucket_keys(cands)
             tats: dict[str, int] = {}
@@ -217,22 +164,17 @@ class SqlDispatch(DispatchQueues):
             if decision.tats:
                 c.cursor().executemany(q["dp_bucket_set"], [
                     {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
-        if cache is not None and pre is not None:
-            leased = {_pk(f) for f, _ in decision.admitted}
-            for lane, fs in pre.items():
-                live = {_pk(f) for f in cands.get(lane, ())}
-                cache.settle(lane, fs, {k for k in map(_pk, fs) if k in leased or k not in live})
         return ClaimResult(jobs, decision.wake_us, dict(decision.waiting), offered)
 
     def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
-        q = self.q
+        """Per lane, up to ``fetch[lane]`` due fires in fair order, held tenants last (a bounded
+        read: :func:`.claim_sql.read_candidates`)."""
         cands: dict[str, list[Fire]] = {}
         for lane, limit in fetch.items():
             if limit <= 0:
                 continue
-            query = q["dp_candidates"] if lane == ON_TIME else q["dp_candidates_paced"]
-            rows = c.execute(query, {"lane": lane, "now_us": now_us, "limit": limit}).fetchall()
-            rows = sorted(rows, key=lambda r: (r[-2], r[-1], r[15], r[0]))   # held, rn, next attempt, tenant
+            rows = claim_sql.read_candidates(c, self.q, lane, now_us, limit, lane != ON_TIME, self._rotation,
+                                             lock_batch=self.engine.caps.skip_locked)
             cands[lane] = [rec.fire(r[:-2]) for r in rows]
         return cands
 
@@ -262,7 +204,7 @@ class SqlDispatch(DispatchQueues):
                 # A lapsed lease: its attempt recorded no result. The request may have reached the
                 # target, so that attempt is ``unknown`` (invariant 9).
                 lapsed.append({**rec.key_params(f), "attempt": f.attempts, "now_us": now_us})
-            if f.attempts >= v.policies.max_attempts:
+            if f.attempts - f.attempt_base >= v.policies.max_attempts:   # counted from a redrive (0148)
                 # The attempt limit holds at claim time too: a fire whose last attempt's lease lapsed
                 # (or that is somehow due with no attempt left) is settled, never leased again.
                 self._settle_exhausted(c, f, v.policies.max_attempts, now_us)
@@ -298,7 +240,7 @@ class SqlDispatch(DispatchQueues):
                      "lapsed (the dispatch process stopped or lost the store) and no attempts are left")
         else:
             state = "failed"
-            cause = f"failed: no attempts left ({f.attempts} of {max_attempts} made)"
+            cause = f"failed: no attempts left ({f.attempts - f.attempt_base} of {max_attempts} made)"
         c.execute(self.q["dp_exhausted"], {**rec.key_params(f), "state": state, "cause": cause, "now_us": now_us,
                                            "attempts": f.attempts})
 

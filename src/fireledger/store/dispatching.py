@@ -1,10 +1,11 @@
 """The dispatch plane's store operations (their SQL text; the methods are :mod:`fireledger.store.dispatch`).
 
-* :meth:`SqlDispatch.claim_shaped` — one claim transaction for all lanes: the due fires of
-  each lane in fair order (oldest first within a trigger, round-robin across a tenant's triggers and
-  across tenants), locked with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so any number of dispatch
-  processes share the lanes without double-claiming (on SQLite, one writer, the ranking is read just
-  before the write transaction and re-checked inside it); then the rate buckets those fires need
+* :meth:`SqlDispatch.claim_shaped` — one claim transaction for all lanes: a bounded batch of
+  each lane's due fires, read from an index in order (:mod:`.claim_sql`, decision 0130: what a claim
+  reads does not grow with the backlog), in fair order (oldest first within a trigger, round-robin
+  across a tenant's triggers and across tenants, held tenants last), locked with ``FOR UPDATE SKIP
+  LOCKED`` on PostgreSQL so any number of dispatch processes share the lanes without
+  double-claiming (SQLite has one writer); then the rate buckets those fires need
   (locked in key order, so concurrent claims never deadlock), the tenants' quotas and their attempts
   in flight in every process; a caller-supplied *shaper* (``fireledger.dispatch.shaping``) decides;
   the store leases the admitted fires, records their attempts and the new bucket states, and commits.
@@ -34,84 +35,14 @@ log = logging.getLogger("fireledger.store")
 
 _F = queries.FIRE_COLS
 _FF = ", ".join("f." + c.strip() for c in _F.split(","))
-_PK_JOIN = ("f.tenant_id = p.tenant_id AND f.trigger_id = p.trigger_id AND f.scheduled_us = p.scheduled_us "
-            "AND f.seq = p.seq")
 _TARGET_COLS = "id, tenant_id, kind, url, secret, verification_state, verification_token, created_us"
 _V_COLS = ("v.trigger_id, v.version, v.tenant_id, v.schedule, v.target_id, v.payload, v.policies, "
            "v.tzdata_version, v.created_us")
-
-def _ranked(paced: bool) -> str:
-    """Due fires of a lane ranked fairly: ``rt`` oldest first within a trigger, ``rn`` round-robin
-    over a tenant's triggers. ``held`` is 1 for tenants that cannot start anything now — at their
-    in-flight quota or, in a paced (recovery) lane, before their pace bucket conforms — so the window
-    offered to the shaper starts with fires it can admit, and tenants stuck behind a slow target or
-    their pace never crowd out one that may go."""
-    pace = " OR b.tat_us > :now_us" if paced else ""
-    join = " LEFT JOIN rate_buckets b ON b.key = :lane || ':' || d.tenant_id" if paced else ""
-    return (
-        "WITH busy AS ("
-        "  SELECT tenant_id, COUNT(*) AS n FROM fires WHERE state = 'dispatching' AND next_attempt_us > :now_us"
-        "  GROUP BY tenant_id"
-        "), due AS ("
-        "  SELECT tenant_id, trigger_id, scheduled_us, seq, next_attempt_us,"
-        "    ROW_NUMBER() OVER (PARTITION BY tenant_id, trigger_id ORDER BY scheduled_us, seq) AS rt"
-        "  FROM fires WHERE lane = :lane AND state IN ('pending', 'dispatching') AND next_attempt_us <= :now_us"
-        "), ranked AS ("
-        "  SELECT d.tenant_id, d.trigger_id, d.scheduled_us, d.seq, d.next_attempt_us,"
-        "    ROW_NUMBER() OVER (PARTITION BY d.tenant_id ORDER BY d.rt, d.next_attempt_us, d.trigger_id) AS rn,"
-        f"   CASE WHEN COALESCE(u.n, 0) >= COALESCE(t.quota_inflight, 100){pace} THEN 1 ELSE 0 END AS held"
-        "  FROM due d LEFT JOIN busy u ON u.tenant_id = d.tenant_id LEFT JOIN tenants t ON t.id = d.tenant_id"
-        f"{join}"
-        ")"
-    )
-
-
-_LIVE = "f.lane = :lane AND f.state IN ('pending', 'dispatching') AND f.next_attempt_us <= :now_us"
-_ORDER = "held, rn, next_attempt_us, tenant_id"
-
-
-def _candidates_sqlite(paced: bool) -> str:
-    """SQLite (one writer at a time): take the fair prefix, then join it to the fires."""
-    return (
-        _ranked(paced) + ", pick AS (SELECT tenant_id, trigger_id, scheduled_us, seq, next_attempt_us, rn, held "
-        f"FROM ranked ORDER BY {_ORDER} LIMIT :limit) "
-        f"SELECT {_FF}, p.held, p.rn FROM pick p JOIN fires f ON {_PK_JOIN} WHERE {_LIVE}"
-    )
-
-
-def _candidates_pg(paced: bool) -> str:
-    """PostgreSQL: lock in fair order and let the LIMIT count only the rows this claim could lock, so
-    concurrent claims take successive parts of the order instead of colliding on its head.
-
-    The ranking is computed once (``MATERIALIZED``) and walked in order, each row locked by a primary
-    key lookup (``LATERAL … FOR UPDATE SKIP LOCKED``) until ``:limit`` rows are locked — a plan that
-    does not depend on the table's statistics. (Joining the ranking back to ``fires`` let the
-    planner, on a table with fresh or stale statistics, re-run the whole ranking once per due row:
-    quadratic in the backlog, so a tenant over its quota never drained on split planes; decision 0120.)"""
-    ranked = _ranked(paced).replace("busy AS (", "busy AS MATERIALIZED (", 1)
-    ranked = ranked.replace("ranked AS (", "ranked AS MATERIALIZED (", 1)
-    lock = _LIVE.replace("f.", "x.")
-    return (
-        ranked + f" SELECT {_FF}, p.held, p.rn FROM (SELECT * FROM ranked ORDER BY {_ORDER}) p "
-        f"CROSS JOIN LATERAL (SELECT {_F} FROM fires x WHERE x.tenant_id = p.tenant_id "
-        "AND x.trigger_id = p.trigger_id AND x.scheduled_us = p.scheduled_us AND x.seq = p.seq "
-        f"AND {lock} FOR UPDATE SKIP LOCKED) f "
-        "ORDER BY p.held, p.rn, p.next_attempt_us, p.tenant_id LIMIT :limit"
-    )
-
 
 _SQLITE_IDS = "SELECT value FROM json_each(:ids)"
 _PG_IDS = "SELECT jsonb_array_elements_text(CAST(:ids AS jsonb))"
 
 DISPATCH_QUERIES: dict[str, str] = {
-    "dp_candidates": _candidates_sqlite(False),
-    "dp_candidates_paced": _candidates_sqlite(True),
-    "dp_still_due": (
-        f"SELECT {_FF} FROM json_each(:ids) j JOIN fires f ON f.tenant_id = json_extract(j.value, '$[0]') "
-        "AND f.trigger_id = json_extract(j.value, '$[1]') AND f.scheduled_us = json_extract(j.value, '$[2]') "
-        "AND f.seq = json_extract(j.value, '$[3]') "
-        "WHERE f.state IN ('pending', 'dispatching') AND f.next_attempt_us <= :now_us"
-    ),
     "dp_bucket_seed": (
         "INSERT INTO rate_buckets (key, tat_us) SELECT value, 0 FROM json_each(:ids) WHERE true "
         "ORDER BY value ON CONFLICT DO NOTHING"
@@ -131,11 +62,15 @@ DISPATCH_QUERIES: dict[str, str] = {
         "ON v.trigger_id = json_extract(j.value, '$[0]') AND v.version = json_extract(j.value, '$[1]')"
     ),
     "dp_targets": f"SELECT {_TARGET_COLS} FROM targets WHERE id IN ({_SQLITE_IDS})",
+    # Leased by primary key. The guards are written so no index can serve them (``state || ''``,
+    # ``next_attempt_us + 0``): with a fresh fires table PostgreSQL's generic plan otherwise walked a
+    # partial index over the whole due backlog (or every fire of the instant) for each lease —
+    # 256 leases took 2 s at 20,000 due fires (decision 0130).
     "dp_lease": (
         "UPDATE fires SET state = 'dispatching', lease_owner = :owner, next_attempt_us = :until_us, "
         "attempts = attempts + 1, dispatched_us = COALESCE(dispatched_us, :now_us) "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
-        "AND seq = :seq AND state IN ('pending', 'dispatching') AND next_attempt_us <= :now_us"
+        "AND seq = :seq AND state || '' IN ('pending', 'dispatching') AND next_attempt_us + 0 <= :now_us"
     ),
     # The attempt a lapsed lease left open: no result was recorded (the runner stopped or lost the store).
     "dp_attempt_lapsed": (
@@ -149,8 +84,8 @@ DISPATCH_QUERIES: dict[str, str] = {
         "ELSE CAST(:cause AS TEXT) || '; ' || cause END, finished_us = :now_us, lease_owner = NULL, "
         "next_attempt_us = NULL "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
-        "AND seq = :seq AND state IN ('pending', 'dispatching') AND next_attempt_us <= :now_us "
-        "AND attempts = :attempts"
+        "AND seq = :seq AND state || '' IN ('pending', 'dispatching') AND next_attempt_us + 0 <= :now_us "
+        "AND attempts = :attempts"   # guards as in dp_lease: by primary key only
     ),
     "dp_attempt": (
         "INSERT INTO attempts (tenant_id, trigger_id, scheduled_us, seq, attempt, started_us, node) "
@@ -215,8 +150,6 @@ DISPATCH_QUERIES: dict[str, str] = {
 }
 
 _PG_OVERRIDES: dict[str, str] = {
-    "dp_candidates": _candidates_pg(False),
-    "dp_candidates_paced": _candidates_pg(True),
     "dp_bucket_seed": (
         "INSERT INTO rate_buckets (key, tat_us) SELECT k, 0 FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) "
         "AS k ORDER BY k ON CONFLICT DO NOTHING"
@@ -236,11 +169,6 @@ _PG_OVERRIDES: dict[str, str] = {
     ),
     "dp_targets": f"SELECT {_TARGET_COLS} FROM targets WHERE id IN ({_PG_IDS})",
     "dp_queue_pick": DISPATCH_QUERIES["dp_queue_pick"] + " FOR UPDATE OF m SKIP LOCKED",
-    "dp_still_due": (   # (SQLite's path; PostgreSQL locks its candidates in the ranking query itself)
-        f"SELECT {_FF} FROM jsonb_array_elements(CAST(:ids AS jsonb)) j JOIN fires f ON f.tenant_id = j->>0 "
-        "AND f.trigger_id = j->>1 AND f.scheduled_us = CAST(j->>2 AS bigint) AND f.seq = CAST(j->>3 AS bigint) "
-        "WHERE f.state IN ('pending', 'dispatching') AND f.next_attempt_us <= :now_us"
-    ),
 }
 
 queries.register(DISPATCH_QUERIES, {"postgres": _PG_OVERRIDES})

@@ -99,9 +99,10 @@ class EngineCaps:
     """What an engine can do, named, so no area store branches on the engine's name.
 
     ``skip_locked``: concurrent claimers lock disjoint rows inside the claim transaction
-    (``FOR UPDATE SKIP LOCKED``); without it there is one writer at a time and a claim may rank its
-    candidates before it begins writing. ``notify``: a committed change can wake other processes
-    (``LISTEN``/``NOTIFY``); without it they poll. ``server_clock``: the database has a clock of its
+    (``FOR UPDATE SKIP LOCKED``: the claim reads every tenant's batch in one locking statement,
+    decision 0130); without it there is one writer at a time and the claim reads tenant by tenant.
+    ``notify``: a committed change can wake other processes (``LISTEN``/``NOTIFY``); without it they
+    poll. ``server_clock``: the database has a clock of its
     own, independent of this process's (used to cross-check the local clock). ``networked``: reached
     over the network by processes on several machines (timing leases are on by default there)."""
 
@@ -301,6 +302,27 @@ class SqliteEngine(Engine):
         self.pool.close_all()
 
 
+#: libpq options that notice a server whose machine vanished (power loss, partition: no FIN, no RST)
+#: within ~10 s instead of the kernel's ~15 min retransmission timeout: TCP keepalives on an idle
+#: connection (5 s idle, then 5 probes 1 s apart) and ``tcp_user_timeout`` for data sent and never
+#: acknowledged. The statement then fails, the pool replaces the connection, and the multi-host URL
+#: reaches the promoted primary (issue 16; docs/decisions/0128). An option written in the URL wins.
+DEAD_PEER_OPTIONS = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "1",
+                     "keepalives_count": "5", "tcp_user_timeout": "10000"}
+
+
+def dead_peer_options(url: str) -> dict[str, Any]:
+    """:data:`DEAD_PEER_OPTIONS` less those ``url`` sets itself (for connections opened outside the
+    pool: the definition listener, the clock probe). An unparsable URL gets them all."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(url)
+    except Exception:
+        given = {}
+    return {k: v for k, v in DEAD_PEER_OPTIONS.items() if k not in given}
+
+
 class PostgresEngine(Engine):
     name = "postgres"
     caps = EngineCaps(skip_locked=True, notify=True, server_clock=True, networked=True)
@@ -313,8 +335,8 @@ class PostgresEngine(Engine):
         self.pool = ConnectionPool(self._open, _pg_reusable, _pg_close, max_idle)
 
     def _open(self) -> Any:
-        """A new autocommit connection with the connect and statement timeouts (a
-        ``connect_timeout`` written in the URL wins over the setting)."""
+        """A new autocommit connection with the connect and statement timeouts and
+        :data:`DEAD_PEER_OPTIONS` (a ``connect_timeout`` or keepalive option written in the URL wins)."""
         import psycopg
         from psycopg.conninfo import conninfo_to_dict
 
@@ -323,6 +345,7 @@ class PostgresEngine(Engine):
         except psycopg.ProgrammingError as exc:
             raise StoreError(f"--db: not a PostgreSQL URL: {str(exc).strip()}") from None
         extra: dict[str, Any] = {} if "connect_timeout" in given else {"connect_timeout": int(self.connect_timeout_s)}
+        extra.update(dead_peer_options(self.url))
         try:
             conn = psycopg.connect(self.url, autocommit=True, **extra)
             conn.execute("SELECT set_config('statement_timeout', %s, false)", (str(self.statement_timeout_ms),))
@@ -348,6 +371,13 @@ class PostgresEngine(Engine):
                 "or a lock was held too long")
         return None
 
+    def _failed(self, conn: Any, exc: Exception) -> StoreError | None:
+        """After a failed statement: a broken connection invalidates the pool (the others reached
+        the same server); returns the error to raise instead, if any (:meth:`_timed_out`)."""
+        if getattr(conn, "closed", False):
+            self.pool.invalidate()
+        return self._timed_out(exc)
+
     @contextmanager
     def write(self) -> Iterator[Any]:
         conn = self.connection()
@@ -355,17 +385,18 @@ class PostgresEngine(Engine):
             with conn.transaction():
                 yield conn
         except Exception as exc:
-            mapped = self._timed_out(exc)
+            mapped = self._failed(conn, exc)
             if mapped is not None:
                 raise mapped from exc
             raise
 
     @contextmanager
     def read(self) -> Iterator[Any]:
+        conn = self.connection()
         try:
-            yield self.connection()
+            yield conn
         except Exception as exc:
-            mapped = self._timed_out(exc)
+            mapped = self._failed(conn, exc)
             if mapped is not None:
                 raise mapped from exc
             raise

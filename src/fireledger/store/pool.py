@@ -17,10 +17,11 @@ class _Held:
     """A thread's claim on one connection; when the thread exits its thread-local dies with it and
     the finalizer hands the connection back to the pool."""
 
-    __slots__ = ("__weakref__", "conn")
+    __slots__ = ("__weakref__", "conn", "generation")
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, generation: int = 0) -> None:
         self.conn = conn
+        self.generation = generation
 
 
 class ConnectionPool:
@@ -39,13 +40,15 @@ class ConnectionPool:
         self._lock = threading.RLock()   # a finalizer may run on a thread already inside the pool
         self._open: dict[int, Any] = {}     # id → every open connection (held or idle)
         self._idle: list[Any] = []
+        self.generation = 0   # bumped by invalidate(): connections opened before are suspect
 
     def get(self, valid: Callable[[Any], bool] = lambda c: True) -> Any:
         """This thread's connection (taken from the idle ones, or opened, on first use; replaced
         when ``valid(conn)`` is false, e.g. a PostgreSQL connection that was closed)."""
         held: _Held | None = getattr(self._local, "held", None)
         if held is not None:
-            if valid(held.conn):
+            stale = held.generation != self.generation and self._reusable(held.conn)   # never mid-transaction
+            if valid(held.conn) and not stale:
                 return held.conn
             self._discard(held.conn)
         conn = None
@@ -61,7 +64,7 @@ class ConnectionPool:
             conn = self._opener()
             with self._lock:
                 self._open[id(conn)] = conn
-        held = _Held(conn)
+        held = _Held(conn, self.generation)
         fin = weakref.finalize(held, self._give_back, conn)
         fin.atexit = False
         self._local.held = held
@@ -84,6 +87,18 @@ class ConnectionPool:
                 del self._open[id(conn)]
         if not keep:
             self._closer(conn)
+
+    def invalidate(self) -> None:
+        """A connection was found broken (its server went away, e.g. a failover): close the idle
+        connections now, and have every thread replace the one it holds at its next call (outside a
+        transaction) instead of finding it dead with a failed statement."""
+        with self._lock:
+            self.generation += 1
+            idle, self._idle = self._idle, []
+            for c in idle:
+                self._open.pop(id(c), None)
+        for c in idle:
+            self._closer(c)
 
     def open_connections(self) -> list[Any]:
         """Every open connection (held by a live thread or idle)."""

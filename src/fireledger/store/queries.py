@@ -12,10 +12,14 @@ _FIRE_COLS = (
     "tenant_id, trigger_id, scheduled_us, seq, version, kind, lane, state, cause, decided_us, "
     "decided_by, dispatched_us, finished_us, tzdata_version, attempts, next_attempt_us"
 )
-FIRE_COLS = _FIRE_COLS
+#: The fire columns every read selects: the written ones, then the redrive's (migration 0014; appended,
+#: so positions 0-15 are unchanged).
+FIRE_COLS = _FIRE_COLS + ", attempt_base, redriven_us"
+#: How many columns :data:`FIRE_COLS` selects (a row that goes on with other columns is cut there).
+FIRE_NCOLS = FIRE_COLS.count(",") + 1
 #: The fire columns plus the clock evidence (migration 0007): what history and evidence reads select
 #: (the dispatch plane's claims keep FIRE_COLS).
-FIRE_COLS_EVIDENCE = _FIRE_COLS + ", eps_us, eps_source"
+FIRE_COLS_EVIDENCE = FIRE_COLS + ", eps_us, eps_source"
 TRIGGER_COLS = (
     "t.id, t.tenant_id, t.name, t.state, t.current_version, t.partition, t.created_us, t.updated_us, "
     "d.next_us, t.pause_reason"
@@ -149,7 +153,10 @@ QUERIES: dict[str, str] = {
         "next_attempt_us = :next_attempt_us, "
         "finished_us = :finished_us, lease_owner = NULL "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us = :scheduled_us "
-        "AND seq = :seq AND state = 'dispatching' AND lease_owner = :owner AND attempts = :attempt"
+        # Matched by primary key only: ``state || ''`` keeps the partial index fires_undelivered
+        # (state IN pending/dispatching) out of a generic plan, which could otherwise walk every fire
+        # of the instant per settlement (decision 0130: the same guard as dp_lease).
+        "AND seq = :seq AND state || '' = 'dispatching' AND lease_owner = :owner AND attempts = :attempt"
     ),
     "set_lease": (
         "UPDATE fires SET next_attempt_us = :until_us WHERE tenant_id = :tenant_id "

@@ -13,6 +13,7 @@ from fireledger.domain.trust_records import AuditNote
 from . import rows as rec
 from .core import AppendAudit, Area
 from .engine import Engine, StoreError
+from .queries import FIRE_NCOLS
 
 
 class OutcomeRejected(StoreError):
@@ -79,7 +80,7 @@ class DispatchQueues(Area):
             row = c.execute(self.q["dp_outcome_context"], rec.key_params(key)).fetchone()
         if not row:
             return None
-        return rec.fire(row[:16]), rec.target(row[16:])
+        return rec.fire(row[:FIRE_NCOLS]), rec.target(row[FIRE_NCOLS:])
 
     def record_outcome(self, key: FireKey, outcome: str, now_us: int, *, target_id: str, msg_id: str,
                        replay_window_us: int) -> bool:

@@ -11,8 +11,13 @@ its commits wait for a synchronous standby, and how many primary changes this pr
   ``sync_state`` ``sync`` or ``quorum``); ``synchronous`` — ``synchronous_standby_names`` is set and
   at least one such standby streams, so a commit returns only once a standby has it. pg_auto_failover
   clears the setting when the standby is lost (writes go on, asynchronously): ``synchronous`` false;
+* ``sync_required`` — ``synchronous_standby_names`` is set: commits wait for a standby. Set while
+  no standby streams (``synchronous`` false), commits *stall* until one is back or the monitor drops
+  to asynchronous replication (the few seconds after a standby is lost);
 * ``server`` — ``host:port`` of the answering server (never credentials); ``timeline`` — the WAL
-  timeline of the primary, which every promotion (failover or switchover) increments.
+  timeline of the primary, which every promotion (failover or switchover) increments: a cluster
+  starts on timeline 1, so ``promotions`` (``timeline − 1``) counts the promotions it has been
+  through, whichever process asks (``fireledger status``).
 
 :class:`FailoverWatch` counts the primary changes one process observes (a new ``server`` or a higher
 ``timeline`` than the last reading): the ``fireledger_store_failovers_total`` counter of ``/metrics``.
@@ -48,6 +53,18 @@ class StoreRole:
     synchronous: bool = False
     server: str = ""
     timeline: int = 0
+    sync_required: bool = False
+
+    @property
+    def promotions(self) -> int:
+        """Promotions the primary's history has been through (``timeline − 1``; 0 when unknown)."""
+        return max(0, self.timeline - 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The reading as ``fireledger status --json`` shows it."""
+        return {"role": self.role, "server": self.server, "synchronous": self.synchronous,
+                "sync_required": self.sync_required, "sync_standbys": self.sync_standbys,
+                "timeline": self.timeline, "promotions": self.promotions}
 
 
 def read_role(store: Any) -> StoreRole:
@@ -62,9 +79,9 @@ def read_role(store: Any) -> StoreRole:
         return StoreRole("unreachable")
     in_recovery, host, port, names, sync, timeline = row
     sync = int(sync or 0)
-    return StoreRole("standby" if in_recovery else "primary", sync_standbys=sync,
-                     synchronous=bool(str(names or "").strip()) and sync > 0,
-                     server=f"{host}:{int(port)}", timeline=int(timeline or 0))
+    required = bool(str(names or "").strip())
+    return StoreRole("standby" if in_recovery else "primary", sync_standbys=sync, synchronous=required and sync > 0,
+                     server=f"{host}:{int(port)}", timeline=int(timeline or 0), sync_required=required)
 
 
 class FailoverWatch:

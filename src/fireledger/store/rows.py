@@ -73,10 +73,14 @@ _VERIFICATION = {k.value: k for k in VerificationState}
 
 
 def fire(row: Sequence[Any]) -> Fire:
-    """A :class:`Fire` from a row of ``FIRE_COLS`` (or ``FIRE_COLS_EVIDENCE``); kind, lane and state
-    as their enums (a dict lookup: this runs for every fire a claim or a page reads)."""
+    """A :class:`Fire` from a row of ``FIRE_COLS`` (or ``FIRE_COLS_EVIDENCE``; or the 16 written columns
+    a ``RETURNING`` gives); kind, lane and state as their enums (a dict lookup: this runs for every fire
+    a claim or a page reads)."""
+    n = len(row)
     return Fire(row[0], row[1], row[2], row[3], row[4], _KINDS[row[5]], _LANES[row[6]], _STATES[row[7]],
-                *row[8:])
+                row[8], row[9], row[10], row[11], row[12], row[13], row[14], row[15],
+                eps_us=row[18] if n > 18 else None, eps_source=row[19] if n > 19 else None,
+                attempt_base=row[16] if n > 16 else 0, redriven_us=row[17] if n > 17 else None)
 
 
 def attempt(row: Sequence[Any]) -> Attempt:

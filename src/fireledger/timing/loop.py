@@ -154,6 +154,7 @@ class TimingLoop:
         self._stopping = False
         self.last: TickResult | None = None
         self.lateness_us: list[int] = []   # per inserted on-time fire: decided - scheduled
+        self._last_failure = ""            # the last store failure logged by run() ("" after a good cycle)
 
     # --- one cycle -----------------------------------------------------------------------------
 
@@ -408,6 +409,20 @@ class TimingLoop:
         self._stopping = True
         self.wake()
 
+    def _failed_cycle(self, exc: Exception) -> float:
+        """Log a failed cycle and return the pause before the next. A store failure (a lost
+        connection, a failover in progress) is an ordinary event: one warning per distinct message,
+        retried after 0.5 s, so fires are decided again within half a second of the store's return;
+        anything else is logged with its traceback and retried after 1 s."""
+        if not is_store_failure(exc):
+            log.exception("timing cycle failed; retrying")
+            return 1.0
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if msg != self._last_failure:
+            log.warning("timing cycle failed, the store is unavailable (retrying every 0.5 s): %s", msg)
+        self._last_failure = msg
+        return 0.5
+
     async def run(self) -> None:
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -418,14 +433,14 @@ class TimingLoop:
                 self._wake.clear()
                 try:
                     res = await loop.run_in_executor(executor, self.tick)
+                    self._last_failure = ""
                     if res.shed:
                         delay = 1.0
                     else:
                         nxt = await loop.run_in_executor(executor, self._earliest_due)
                         delay = sleep_after(res, nxt, self.clock.now().earliest_us, self.max_sleep_s)
-                except Exception:
-                    log.exception("timing cycle failed; retrying")
-                    delay = 1.0
+                except Exception as exc:
+                    delay = self._failed_cycle(exc)
                 if delay > 0:
                     try:
                         await asyncio.wait_for(self._wake.wait(), timeout=delay)

@@ -36,6 +36,7 @@ from fireledger.clock import Clock
 from fireledger.domain.model import NewFire
 from fireledger.settings import Settings
 from fireledger.store import Store, StoreError
+from fireledger.store.engine import dead_peer_options
 
 from .clockguard import StepGuardClock
 from .leases import LeaseManager, LeaseSettings
@@ -63,7 +64,8 @@ class DefinitionListener:
 
         while not stop.is_set():
             try:
-                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                     **dead_peer_options(self.url)) as conn:
                     conn.execute(f"LISTEN {self.channel}")
                     self.listening.set()
                     while not stop.is_set():
@@ -97,8 +99,8 @@ class ServerClockProbe:
             raise StoreError("a clock probe is already in flight")
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(getattr(self.store.engine, "url", ""), autocommit=True,
-                                             connect_timeout=5)
+                url = getattr(self.store.engine, "url", "")
+                self._conn = psycopg.connect(url, autocommit=True, connect_timeout=5, **dead_peer_options(url))
             try:
                 row = self._conn.execute(self.store.q["server_time_us"]).fetchone()
             except Exception:

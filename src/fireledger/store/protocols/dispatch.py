@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from fireledger.domain.dispatch_records import ClaimResult, QueueMessage, RankCache, Settlement, Shaper
+from fireledger.domain.dispatch_records import ClaimResult, QueueMessage, Settlement, Shaper
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import DispatchJob, Fire, Target
+from fireledger.domain.trust_records import AuditNote
 
 
 class DispatchStore(Protocol):
@@ -33,7 +34,7 @@ class DispatchStore(Protocol):
         ...
 
     def claim_shaped(self, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                     lease_margin_us: int, cache: RankCache | None = None) -> ClaimResult:
+                     lease_margin_us: int) -> ClaimResult:
         """Lease the fires ``shaper`` admits, in one transaction (see the module docstring).
 
         ``fetch`` maps a lane to how many candidates to offer from it (0 or absent: none). Each
@@ -42,10 +43,18 @@ class DispatchStore(Protocol):
         row started; a runner that dies leaves the lease to expire and the fire to be claimed again
         as a further attempt under the same key.
 
-        ``cache`` (SQLite only; ignored on PostgreSQL, where the order is read under ``SKIP LOCKED``
-        inside the transaction) lets a dispatcher reuse one ranking of a large backlog over several
-        rounds (:class:`RankCache`).
+        The candidates are a bounded batch read inside the transaction (:mod:`fireledger.store.claim_sql`, decision
+        0130): what a claim reads does not grow with the backlog, on either engine.
         """
+        ...
+
+    def dead_letters(self, tenant_id: str, *, trigger_id: str | None = None, from_us: int | None = None,
+                     to_us: int | None = None, cause: str | None = None,
+                     after: tuple[int, str, int] | None = None, limit: int = 100) -> list[Fire]:
+        """The tenant's dead letters — fires that ended ``failed`` or ``unknown`` — ordered by
+        (scheduled instant, trigger id, sequence), strictly after ``after`` (that triple), at most
+        ``limit``; only ``trigger_id``'s when given, scheduled in ``[from_us, to_us)``, and whose
+        cause contains ``cause`` (case-sensitive, literally). Read only; attempts not attached."""
         ...
 
     def get_outcome(self, key: FireKey) -> tuple[str, int] | None:
@@ -83,6 +92,16 @@ class DispatchStore(Protocol):
         a different outcome is already recorded (``conflict``). Receipts older than twice the window
         are purged as a side effect.
         """
+        ...
+
+    def redrive_fires(self, keys: Sequence[FireKey], now_us: int, *, not_before_us: int,
+                      audit: AuditNote | None = None) -> list[FireKey]:
+        """Redrive each fire of ``keys`` that is still dead (``failed`` or ``unknown``) and scheduled at or
+        after ``not_before_us`` (the retention bound), in ONE transaction with ``audit`` (appended when
+        at least one fire was redriven): back to ``pending`` due at ``now_us`` under the same key, cause
+        cleared, ``attempt_base`` set to its attempts so far (its retry policy counts the attempts after
+        them), ``redriven_us = now_us``. Compare-and-set per fire: a key that is not dead, is past
+        retention or does not exist is left out. Returns the keys redriven, in the order given."""
         ...
 
     def set_tenant_quota(self, tenant_id: str, *, fires_per_s: float | None = None, inflight: int | None = None,
