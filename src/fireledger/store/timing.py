@@ -16,12 +16,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire
+from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
 from fireledger.domain.timing_records import FireFacts, HeldRow, OverlapFacts
 from fireledger.domain.trust_records import AuditNote
 
 from . import rows as rec
-from .core import AppendAudit, expect_one
+from .core import AppendAudit, InvariantViolation, expect_one
+from .decisions import advance_rows, fire_rows, write_batch
 from .engine import Engine
 from .leases import TimingLeases
 from .overlap import update_params
@@ -39,6 +40,16 @@ class SqlTiming(TimingLeases):
         with self.engine.read() as c:
             rows = c.execute(self.q["due_rows"], {"until_us": until_us, "limit": limit}).fetchall()
         return [DueRow(*r) for r in rows]
+
+    def version_plans(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, Policies]]:
+        """What planning needs of many trigger versions, in one statement: ``(trigger_id, version)``
+        → (the schedule as stored — its JSON text —, the decoded policies); missing ones are absent.
+        A stored policy that does not decode raises (the caller reads those versions one by one)."""
+        if not pairs:
+            return {}
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tm_versions"], {"ids": json.dumps(sorted(set(pairs)))}).fetchall()
+        return {(str(r[0]), int(r[1])): (str(r[2]), rec.policies_from_json(r[3])) for r in rows}
 
     def earliest_due(self) -> int | None:
         """The earliest ``next_us`` of the whole due index, or None when it is empty."""
@@ -89,24 +100,29 @@ class SqlTiming(TimingLeases):
 
     def _apply_all_or_nothing(self, c: Any, decisions: Sequence[Decision]) -> list[ClaimOutcome] | None:
         """The common case in bulk: every fire is new and every due row is where the decision
-        expects it. Three batched statements inside a savepoint; when any count differs (a fire
-        decided elsewhere, a row moved) the savepoint is rolled back and None returned, and the
-        caller decides row by row. Counts are exact: each statement matches at most its own row
-        (primary key), so a total equal to the number of statements means each matched once."""
+        expects it. One statement per kind of write for the whole batch (the fires, the due rows
+        advanced, the due rows retired: ``store/decisions.py``), inside a savepoint; when a count
+        differs (a fire decided elsewhere, a row moved) the savepoint is rolled back and None
+        returned, and the caller decides row by row. Counts are exact: every element matches at
+        most its own row (primary key) and the batch's trigger ids are distinct (checked here), so
+        a count equal to the number of elements means each matched once."""
         q = self.q
+        if len({d.advance.trigger_id for d in decisions}) != len(decisions):
+            return None   # one trigger twice in a batch: only the row-by-row path can tell them apart
         fires = [f for d in decisions for f in d.fires]
         advances = [d.advance for d in decisions if d.advance.new_next_us is not None]
         retires = [d.advance for d in decisions if d.advance.new_next_us is None]
         cur = c.cursor()
         cur.execute("SAVEPOINT apply_bulk")
         ok = True
-        for sql, params in ((q["insert_fire"], [rec.fire_params(f) for f in fires]),
-                            (q["advance_due"], [rec.advance_params(a) for a in advances]),
-                            (q["retire_due"], [rec.advance_params(a) for a in retires])):
-            if not params:
+        for name, elements in (("tm_insert_fires", fire_rows(fires)), ("tm_advance_due", advance_rows(advances)),
+                               ("tm_retire_due", advance_rows(retires))):
+            if not elements:
                 continue
-            cur.executemany(sql, params)
-            if cur.rowcount != len(params):
+            n = write_batch(cur, self.engine.name, q, name, elements)
+            if n > len(elements):
+                raise InvariantViolation(f"{name}: {n} rows matched {len(elements)} keys")
+            if n != len(elements):
                 ok = False
                 break
         if not ok:

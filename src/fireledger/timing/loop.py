@@ -36,12 +36,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 
-from fireledger.clock import Clock
-from fireledger.definitions import next_us, recurrence_of
+from fireledger.clock import Clock, Interval
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import (
+    ClaimOutcome,
     Decision,
     DueRow,
     FireKind,
@@ -51,7 +50,6 @@ from fireledger.domain.model import (
     NewFire,
     OverlapPolicy,
     Policies,
-    TriggerVersion,
 )
 from fireledger.domain.overlap import HeldRef, PreviousFire, Verdict, apply_overlap, release_plan
 from fireledger.domain.policies import PlanContext, miss_threshold_from, plan_due
@@ -62,13 +60,11 @@ from fireledger.settings import process_env
 from fireledger.store import Store, is_database_error
 
 from .leases import LeaseManager, Ownership
+from .plans import VersionPlans, gc_paused
 
 log = logging.getLogger("fireledger.timing")
 
 DEFAULT_EPS_CEILING_US = 100_000
-#: Trigger versions kept decoded between cycles (bounded: a million triggers must not all stay in
-#: memory; a version evicted is read again in its batch's one statement).
-VERSION_CACHE_MAX = 100_000
 
 
 @dataclass
@@ -86,6 +82,10 @@ class TickResult:
     dropped: int = 0              # decisions dropped for partitions released before the commit
     released: list[NewFire] = field(default_factory=list)   # held fires released (overlap queue)
     failed: list[NewFire] = field(default_factory=list)     # rows that could not be planned (paused)
+
+
+def _by_trigger(row: DueRow) -> str:
+    return row.trigger_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +148,7 @@ class TimingLoop:
         self.eps_ceiling_us = eps_ceiling_us
         self.on_committed = on_committed
         self.max_sleep_s = max_sleep_s
-        self._versions: dict[tuple[str, int], TriggerVersion] = {}
+        self.plans = VersionPlans(store)    # compiled versions, kept between cycles
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -157,17 +157,6 @@ class TimingLoop:
         self._last_failure = ""            # the last store failure logged by run() ("" after a good cycle)
 
     # --- one cycle -----------------------------------------------------------------------------
-
-    def _version(self, trigger_id: str, version: int) -> TriggerVersion | None:
-        key = (trigger_id, version)
-        v = self._versions.get(key)
-        if v is None:
-            v = self.store.registry.get_version(trigger_id, version)
-            if v is not None:
-                if len(self._versions) >= VERSION_CACHE_MAX:
-                    self._versions.clear()
-                self._versions[key] = v
-        return v
 
     def plan(self, rows: Sequence[DueRow], earliest_us: int, *, eps_us: int | None = None,
              eps_source: str | None = None) -> list[Decision]:
@@ -184,35 +173,27 @@ class TimingLoop:
         is a :class:`RowFailure`, the others are planned as usual). Store failures propagate."""
         ctx = PlanContext(earliest_us=earliest_us, decided_by=self.node_id, tzdata_version=TZDATA_VERSION,
                           miss_threshold_us=self.miss_threshold_us, eps_us=eps_us, eps_source=eps_source)
-        missing = [(r.trigger_id, r.version) for r in rows if (r.trigger_id, r.version) not in self._versions]
-        if missing:   # one statement for the batch's uncached versions, not one per row
-            if len(self._versions) + len(missing) > VERSION_CACHE_MAX:
-                self._versions.clear()
-            try:
-                self._versions.update(self.store.registry.get_versions(missing))
-            except Exception as exc:
-                if is_store_failure(exc):
-                    raise
-                # A stored version that does not decode: read them one by one below (each isolated).
+        cache = self.plans
+        plans, read = cache.plans, cache.read_missing(rows)   # one statement for the uncached versions
         decisions: list[Decision] = []
         failures: list[RowFailure] = []
-        checked: list[tuple[int, TriggerVersion]] = []   # overlap skip/queue with a fire to dispatch
-        for row in sorted(rows, key=lambda r: r.trigger_id):
+        checked: list[tuple[int, DueRow, Policies]] = []   # overlap skip/queue with a fire to dispatch
+        allow = OverlapPolicy.ALLOW
+        for row in sorted(rows, key=_by_trigger):
             try:
-                v = self._version(row.trigger_id, row.version)
-                if v is None:
+                p = plans.get((row.trigger_id, row.version)) or cache.plan_of(row.trigger_id, row.version, read)
+                if p is None:
                     failures.append(RowFailure(row, f"cannot plan this trigger: definition version {row.version} "
                                                     "is missing from the registry"))
                     continue
-                rec = recurrence_of(v)
-                d = plan_due(row, partial(next_us, rec), v.policies, ctx)
+                d = plan_due(row, p.next, p.policies, ctx)
             except Exception as exc:
                 if is_store_failure(exc):
                     raise
                 failures.append(RowFailure(row, failure_cause(exc)))
                 continue
-            if v.policies.overlap != OverlapPolicy.ALLOW and any(f.state == FireState.PENDING for f in d.fires):
-                checked.append((len(decisions), v))
+            if p.policies.overlap != allow and any(f.state == FireState.PENDING for f in d.fires):
+                checked.append((len(decisions), row, p.policies))
             decisions.append(d)
         if checked:
             self._apply_overlap(decisions, checked, earliest_us)
@@ -244,23 +225,22 @@ class TimingLoop:
         """The overlap check's view of a previous fire: its window is its own version's."""
         if facts is None:
             return None
-        v = self._version(facts.trigger_id, facts.version)
-        window_s = (v.policies if v is not None else Policies()).outcome_window_s
+        pol = self.plans.policies(facts.trigger_id, facts.version)
+        window_s = (pol if pol is not None else Policies()).outcome_window_s
         key = str(FireKey(facts.tenant_id, facts.trigger_id, facts.scheduled_us, facts.seq))
         return PreviousFire(key, FireState(facts.state), facts.dispatched_us, facts.has_outcome, window_s)
 
-    def _apply_overlap(self, decisions: list[Decision], checked: Sequence[tuple[int, TriggerVersion]],
+    def _apply_overlap(self, decisions: list[Decision], checked: Sequence[tuple[int, DueRow, Policies]],
                        at_us: int) -> None:
         """Apply overlap skip/queue to the decisions at ``checked`` (in place), reading the previous
         and held fires of those triggers in one statement. Rows under ``allow`` never get here."""
-        facts = self.store.timing.overlap_facts([(v.tenant_id, v.trigger_id) for _, v in checked])
-        for i, v in checked:
-            fx = facts.get(v.trigger_id)
+        facts = self.store.timing.overlap_facts([(r.tenant_id, r.trigger_id) for _, r, _ in checked])
+        for i, r, pol in checked:
+            fx = facts.get(r.trigger_id)
             prev = self._previous(fx.previous if fx is not None else None)
             h = fx.held if fx is not None else None
             held = None if h is None else HeldRef(h.tenant_id, h.trigger_id, h.scheduled_us, h.seq)
-            decisions[i] = apply_overlap(decisions[i], prev, held, v.policies.overlap,
-                                         v.policies.outcome_window_s, at_us)
+            decisions[i] = apply_overlap(decisions[i], prev, held, pol.overlap, pol.outcome_window_s, at_us)
 
     def release_held(self, at_us: int, own: Ownership | None, page: int = 1000) -> list[NewFire]:
         """Re-evaluate held fires (of the partitions held) and release each whose previous fire has
@@ -283,8 +263,8 @@ class TimingLoop:
         facts = self.store.timing.overlap_facts([(h.tenant_id, h.trigger_id) for h in rows])
         chosen: list[tuple[HeldRow, FireUpdate, NewFire]] = []
         for h in rows:
-            cur = self._version(h.trigger_id, h.current_version)
-            policy = cur.policies.overlap if cur is not None else OverlapPolicy.QUEUE
+            cur = self.plans.policies(h.trigger_id, h.current_version)
+            policy = cur.overlap if cur is not None else OverlapPolicy.QUEUE
             fx = facts.get(h.trigger_id)
             plan = release_plan(self._previous(fx.previous if fx is not None else None), policy, at_us)
             if plan.verdict == Verdict.HOLD:
@@ -321,6 +301,37 @@ class TimingLoop:
             return self.store.timing.due_rows(until_us, self.batch)
         return self.store.timing.due_rows_in(until_us, self.batch, sorted(own.partitions), own.n)
 
+    def _commit_batch(self, rows: Sequence[DueRow], iv: Interval, res: TickResult) -> list[ClaimOutcome] | None:
+        """Plan ``rows`` and commit the decisions (the commit point); rows that cannot be planned are
+        recorded failed. With leases, ownership is checked again right before the commit, under the
+        manager's claim lock, and decisions of partitions released meanwhile are dropped; None when
+        ownership ran out (nothing committed)."""
+        decisions, failures = self.plan_batch(rows, iv.earliest_us, eps_us=iv.eps_us, eps_source=iv.source)
+        if self.leases is None:
+            if self.before_apply is not None:
+                self.before_apply(decisions)
+            outcomes = self.store.timing.apply_decisions(decisions)   # commit point
+            if failures:
+                res.failed += self.fail_rows(failures, iv.earliest_us, iv.eps_us, iv.source)
+            return outcomes
+        part = {r.trigger_id: r.partition for r in rows}
+        with self.leases.claim_lock:
+            cur = self.leases.ownership()
+            if not cur.valid(self.clock.monotonic()):
+                res.lease_lost = True
+                log.info("node %s: ownership ran out before a commit; %d decisions dropped",
+                         self.node_id, len(decisions))
+                return None
+            kept = [d for d in decisions if cur.owns(part[d.advance.trigger_id])]
+            res.dropped += len(decisions) - len(kept)
+            if self.before_apply is not None:
+                self.before_apply(kept)
+            outcomes = self.store.timing.apply_decisions(kept)   # commit point
+            mine = [fl for fl in failures if cur.owns(part[fl.row.trigger_id])]
+            if mine:
+                res.failed += self.fail_rows(mine, iv.earliest_us, iv.eps_us, iv.source)
+        return outcomes
+
     def tick(self) -> TickResult:
         """One cycle: read the clock, claim every due row ≤ earliest of the partitions held (in
         batches), commit."""
@@ -343,33 +354,13 @@ class TimingLoop:
         # Held fires first: one released now is the previous fire of an instant decided below.
         res.released = self.release_held(iv.earliest_us, own)
         while True:
-            rows = self._due(iv.earliest_us, own)
-            if not rows:
+            with gc_paused():   # one batch's short-lived objects, freed by reference counting (0136)
+                rows = self._due(iv.earliest_us, own)
+                if not rows:
+                    break
+                outcomes = self._commit_batch(rows, iv, res)
+            if outcomes is None:
                 break
-            decisions, failures = self.plan_batch(rows, iv.earliest_us, eps_us=iv.eps_us, eps_source=iv.source)
-            if self.leases is None:
-                if self.before_apply is not None:
-                    self.before_apply(decisions)
-                outcomes = self.store.timing.apply_decisions(decisions)   # commit point
-                if failures:
-                    res.failed += self.fail_rows(failures, iv.earliest_us, iv.eps_us, iv.source)
-            else:
-                part = {r.trigger_id: r.partition for r in rows}
-                with self.leases.claim_lock:
-                    cur = self.leases.ownership()
-                    if not cur.valid(self.clock.monotonic()):
-                        res.lease_lost = True
-                        log.info("node %s: ownership ran out before a commit; %d decisions dropped",
-                                 self.node_id, len(decisions))
-                        break
-                    kept = [d for d in decisions if cur.owns(part[d.advance.trigger_id])]
-                    res.dropped += len(decisions) - len(kept)
-                    if self.before_apply is not None:
-                        self.before_apply(kept)
-                    outcomes = self.store.timing.apply_decisions(kept)   # commit point
-                    mine = [fl for fl in failures if cur.owns(part[fl.row.trigger_id])]
-                    if mine:
-                        res.failed += self.fail_rows(mine, iv.earliest_us, iv.eps_us, iv.source)
             res.claimed_rows += len(rows)
             for o in outcomes:
                 if not o.advanced:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire
+from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
 from fireledger.domain.timing_records import (
     Divergence,
     Grant,
@@ -190,6 +190,12 @@ class TimingStore(Protocol):
 
     def stop_node(self, node_id: str, now_us: int) -> int:
         """A clean shutdown: release every lease at once and mark the session stopped."""
+        ...
+
+    def version_plans(self, pairs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, Policies]]:
+        """What planning needs of many trigger versions, in one statement: ``(trigger_id, version)``
+        → (the schedule as stored — its JSON text —, the decoded policies); missing ones are absent.
+        A stored policy that does not decode raises (the caller reads those versions one by one)."""
         ...
 
 
