@@ -9,6 +9,7 @@ runs the contracts themselves where import-linter is installed (``make test`` ru
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -188,4 +189,15 @@ def test_import_linter_contracts_are_kept(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     monkeypatch.syspath_prepend(str(SRC))
     monkeypatch.chdir(tmp_path)   # its cache goes here, not into the checkout
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+    # import-linter configures logging as a command does (it disables the loggers that exist, ours
+    # included), which silenced every later test's log capture: keep the process's logging as it was.
+    loggers = {n: (lg.disabled, lg.level, list(lg.handlers), lg.propagate)
+               for n, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    root = (logging.root.level, list(logging.root.handlers))
+    try:
+        assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+    finally:
+        for n, (disabled, level, handlers, propagate) in loggers.items():
+            lg = logging.getLogger(n)
+            lg.disabled, lg.level, lg.handlers[:], lg.propagate = disabled, level, handlers, propagate
+        logging.root.level, logging.root.handlers[:] = root[0], root[1]
