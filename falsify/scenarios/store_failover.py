@@ -149,6 +149,10 @@ def _caught_up(cluster: Any, standby: str, url: str, timeout_s: float) -> bool:
         return False
 
 
+#: How long the standby stays lost after asynchronous commits were declared (several 1 s instants).
+ASYNC_HELD_S = 3.0
+
+
 def _standby_loss(run: Loaded, since: float, lost_s: float, after_s: float) -> _Phase:
     """Lose the standby's node now, start it again ``lost_s`` later; the run goes on ``after_s``
     past the restart."""
@@ -159,7 +163,15 @@ def _standby_loss(run: Loaded, since: float, lost_s: float, after_s: float) -> _
     out: dict[str, Any] = {"primary_before": run.cluster.primary(), "lost_node": standby,
                            "synchronous_before": watch.last("fireledger_store_synchronous")}
     killed_at = run.cluster.lose_node(str(standby))
-    run.wait(killed_at + lost_s)
+    # Down for ``lost_s`` and, whatever the monitor's timing, for ASYNC_HELD_S after /metrics declared
+    # asynchronous commits (bounded): the run must see writes continue in that state, not only its edge.
+    try:
+        wait_until(lambda: watch.first(killed_at, "fireledger_store_sync_required", 0.0) is not None,
+                   lost_s + 30, "/metrics to declare asynchronous commits", interval_s=0.25)
+    except TimeoutError:
+        pass
+    async_seen = watch.first(killed_at, "fireledger_store_sync_required", 0.0)
+    run.wait(max(killed_at + lost_s, (async_seen or 0.0) + ASYNC_HELD_S))
     rejoin_at = time.time()
     run.cluster.rejoin()
     out["rejoin_s"] = round(time.time() - rejoin_at, 2)   # `up`: started, caught up, secondary again
