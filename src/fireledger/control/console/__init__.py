@@ -442,7 +442,7 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
                    count=summary["count"], lateness=lateness, chart=_chart(summary),
                    states_in_window=sorted(states_in_window.items()), fires=[_fire_row(f) for f in fires],
                    state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None,
-                   badge=target_badge(ctx, t.target_id, now), csrf=_csrf(request))
+                   badge=target_badge(ctx, v.target_id, now) if v else None, csrf=_csrf(request))
 
 
 @router.get("/fires/{key}")
