@@ -4,7 +4,7 @@ at the house's size limit. Imports nothing of fireledger (the settings layer).
 
 =====================================  =========  ==========================================================
 ``FIRELEDGER_VERIFICATION_VALIDITY_S``  2592000    how long a proved verification lasts (30 days, decision
-                                                   0041); 60 s to 400 days
+                                                   0041); 5 s (demos, tests) to 400 days
 ``FIRELEDGER_REVERIFY_WINDOW_S``        604800     the control plane re-verifies a target automatically
                                                    during the last this-many seconds (7 days) before its
                                                    expiry; less than the validity
@@ -52,7 +52,7 @@ class VerificationSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> VerificationSettings:
         """Read and check the three variables; ``ValueError`` naming the first bad one."""
-        validity = _seconds(env, VALIDITY_ENV, 30 * DAY_S, 60, 400 * DAY_S)
+        validity = _seconds(env, VALIDITY_ENV, 30 * DAY_S, 5, 400 * DAY_S)
         window = _seconds(env, WINDOW_ENV, min(7 * DAY_S, validity / 2), 1, 400 * DAY_S)
         if window >= validity:
             raise ValueError(f"{WINDOW_ENV}: {window:g} must be less than {VALIDITY_ENV} ({validity:g})")
@@ -68,7 +68,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float, low: float, high
     except ValueError:
         raise ValueError(f"{name}: {raw!r} is not a number of seconds") from None
     if not low <= v <= high:
-        raise ValueError(f"{name}: {raw!r} is not a number of seconds from {low:g} to {high:g}")
+        raise ValueError(f"{name}: {raw!r} is not a number of seconds from {low:.0f} to {high:.0f}")
     return v
 
 
