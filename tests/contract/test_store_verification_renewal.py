@@ -67,7 +67,8 @@ def test_a_failed_renewal_leaves_the_target_verified_with_its_error_audited(stor
     assert (got.state, got.expires_us, got.error) == ("verified", T0 + 2 * DAY, "HTTP 404")
     row = store.trust.audit_rows(tenant_id=t.id)[-1]
     assert (row.action, row.actor) == ("target.reverify", "sys")
-    assert row.as_json()["new"] == {"target_id": tg.id, "state": "verified", "expires_us": T0 + 2 * DAY, "error": "HTTP 404"}
+    assert row.as_json()["new"] == {"target_id": tg.id, "state": "verified", "expires_us": T0 + 2 * DAY,
+                                    "error": "HTTP 404"}
     unverified = add_target(store, t, verification="unverified")
     assert not store.trust.note_reverification_failure(t.id, unverified.id, "x", "sys", T0 + S)
 
