@@ -81,8 +81,11 @@ async def reverify_pass(store: Any, clock: Clock, vs: VerificationSettings, *, a
         async with gate:
             return await _renew(store, clock, t, vs, policy, resolver)
 
-    results = await asyncio.gather(*(one(t) for t in taken))
-    renewed = sum(results)
+    results = await asyncio.gather(*(one(t) for t in taken), return_exceptions=True)
+    for t, r in zip(taken, results, strict=True):
+        if isinstance(r, BaseException):   # its claim holds it until the retry instant; the others are recorded
+            log.error("target %s: the renewal could not be recorded: %s", t.id, type(r).__name__)
+    renewed = sum(1 for r in results if r is True)
     return len(lapsed), renewed, len(results) - renewed
 
 

@@ -18,6 +18,7 @@ from apikit import Api, Session, assert_problem
 from dnsserver import DnsServer
 from fireledger.reverify import ACTOR, reverify_pass
 from fireledger.settings import Settings
+from fireledger.store import Store
 from fireledger.verifysettings import VerificationSettings
 from sink import SinkServer
 
@@ -203,3 +204,33 @@ def test_the_console_badge_shows_the_targets_verification(api: Api, sink: SinkSe
     assert badge().startswith("warn: verification expiring") and "last try: automatic re-verification" in badge()
     api.clock.advance(6 * DAY)
     assert badge().startswith("bad: verification lapsed") and "fires are not sent" in badge()
+
+
+def test_two_control_processes_renew_each_target_once(api: Api, sink: SinkServer, tmp_path: Path) -> None:
+    """Two renewal passes at the same instant on two store connections (two control processes, one
+    database): every due target is renewed exactly once — one audited renewal each, none repeated."""
+    _, s = api.tenant("acme")
+    ids = []
+    for _ in range(6):
+        tg = s.target(f"{sink.base_url}/hook", verified=False)
+        sink.add_challenge(tg["verification"]["token"], tg["verification"]["response"])
+        assert s.post(f"/v1/targets/{tg['id']}/verify").json()["verification"]["state"] == "verified"
+        ids.append(tg["id"])
+    other = Store.open(f"sqlite:///{tmp_path}/api.db")
+    other.trust.set_audit_key(api.store.trust.audit_key)
+    try:
+        api.clock.advance(24 * DAY)
+        vs = api.app.state.fireledger.settings.verification
+
+        async def both() -> list[tuple[int, int, int]]:
+            return list(await asyncio.gather(reverify_pass(api.store, api.clock, vs, allow_private=True),
+                                             reverify_pass(other, api.clock, vs, allow_private=True)))
+
+        results = asyncio.run(both())
+    finally:
+        other.close()
+    assert sum(r[1] for r in results) == 6 and sum(r[2] for r in results) == 0
+    renewals = [i["new"]["target_id"] for i in s.get("/v1/audit?limit=1000").json()["items"]
+                if i["action"] == "target.verify" and i["actor"] == ACTOR]
+    assert sorted(renewals) == sorted(ids)
+    assert {verification(s, i)["expires_at"] for i in ids} == {"2026-05-20T12:00:00Z"}
