@@ -11,6 +11,7 @@ DNS server (``FIRELEDGER_DNS_NAMESERVER``):
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from dnsserver import DnsServer
-from e2e import Api, Service, new_tenant, verify_target, wait_until
+from e2e import Api, Service, cli, new_tenant, verify_target, wait_until
 from fireledger.reverify import ACTOR
 from sink import SinkServer
 
@@ -103,8 +104,13 @@ def test_renewed_by_http_and_dns_then_lapsed_with_a_warning_in_history(db, sink,
         assert fire["cause"].startswith("failed: not sent: target verification lapsed: ")
         assert fire["attempts"][-1]["http_status"] is None
         assert "ownership verification had lapsed" in fire["warnings"][0]
-        story = api.ok("GET", f"/v1/fires/{fire['key']}")
-        assert story["warnings"] == fire["warnings"]
+        one = api.ok("GET", f"/v1/fires/{fire['key']}")
+        assert one["warnings"] == fire["warnings"]
+        why = json.loads(cli("why", fire["key"], "--db", db, "--json").stdout)["story"]   # the fire's story
+        texts = [line["text"] for line in why]
+        assert any(t.startswith("warning: attempt 1 was not sent: the target's ownership verification had lapsed")
+                   for t in texts), texts
+        assert any("ownership verification lapsed (it was not renewed" in t for t in texts), texts
         assert all(r["fire_key"] != fire["key"] for r in sink.records())    # never sent
         assert expiring(svc.base, tenant_id) == 1.0                 # only the dns target counts now
     finally:
