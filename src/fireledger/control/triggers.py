@@ -50,7 +50,7 @@ from .schemas import (
     TriggerPatch,
     TriggerView,
 )
-from .views import fire_view, id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
+from .views import id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
 
 log = logging.getLogger("fireledger.control")
 
@@ -235,7 +235,7 @@ def get_fire(key: str, principal: Principal = Depends(require("reader")),
     fire = ctx.store.history.get_fire(fk)
     if fire is None:
         raise not_found("fire")
-    return fire_view(fire)
+    return history.history_item(fire)
 
 
 __all__ = ["MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "CreateChecked", "ProblemError", "fires_router", "router",

@@ -58,6 +58,7 @@ from ..history import (
     lateness_summary,
 )
 from ..views import policy_fields
+from .badges import target_badge
 
 COOKIE = "fireledger_console"
 COOKIE_MAX_AGE_S = 8 * 3600
@@ -441,7 +442,7 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
                    count=summary["count"], lateness=lateness, chart=_chart(summary),
                    states_in_window=sorted(states_in_window.items()), fires=[_fire_row(f) for f in fires],
                    state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None,
-                   csrf=_csrf(request))
+                   badge=target_badge(ctx, v.target_id, now) if v else None, csrf=_csrf(request))
 
 
 @router.get("/fires/{key}")
