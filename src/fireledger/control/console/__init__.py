@@ -1,6 +1,7 @@
 """The web console: server-rendered HTML (Jinja2, autoescaped), no build step, no JavaScript.
 
-Pages (all under ``/console``, all read only, all scoped to the signed-in tenant):
+Pages (all under ``/console``, all scoped to the signed-in tenant; the act forms — pause, resume,
+run now, backfill, redrive — are :mod:`.actions`'s, each behind the API route's own role check):
 
 * ``/console/login`` — sign in with a token (the one ``fireledger tenant create`` prints; it must
   carry the ``reader`` role). The token is checked once and never kept: the console opens a
@@ -278,6 +279,7 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 @router.get("")
 def root() -> Response:
+    """``/console`` and, mounted at ``/`` by :func:`mount`, the service's front door: the console."""
     return RedirectResponse(f"{PREFIX}/", status_code=303, headers=SECURITY_HEADERS)
 
 
@@ -441,7 +443,7 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
                    count=summary["count"], lateness=lateness, chart=_chart(summary),
                    states_in_window=sorted(states_in_window.items()), fires=[_fire_row(f) for f in fires],
                    state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None,
-                   csrf=_csrf(request))
+                   csrf=_csrf(request), **_acts(request, principal, trigger_state=t.state.value))
 
 
 @router.get("/fires/{key}")
@@ -459,7 +461,15 @@ def fire_page(request: Request, key: str) -> Response:
     v = ctx.store.registry.get_version(fire.trigger_id, fire.version)
     story = fire_story(fire, t, v, now_us=ctx.now_us())
     return _render("fire.html", signed_in=True, key=key, f=_fire_row(fire), story=story,
-                   trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id, csrf=_csrf(request))
+                   trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id, csrf=_csrf(request),
+                   **_acts(request, principal, fire_state=fire.state.value))
+
+
+def _acts(request: Request, principal: Principal, **state: str) -> dict[str, Any]:
+    """The page's action buttons (:func:`.actions.offered`) and the banner of an act just done."""
+    from .actions import done_message, offered
+
+    return {"acts": offered(request, principal, **state), "done": done_message(request.query_params.get("done"))}
 
 
 def mount(app: FastAPI, public_url: str | None = None) -> None:
@@ -472,7 +482,11 @@ def mount(app: FastAPI, public_url: str | None = None) -> None:
         resp = RedirectResponse(f"{PREFIX}/login", status_code=303, headers=SECURITY_HEADERS)
         return resp
 
+    from .actions import router as actions_router
+
+    app.add_api_route("/", root, methods=["GET"], include_in_schema=False)   # a newcomer finds the console
     app.include_router(router)
+    app.include_router(actions_router)   # the act forms (issue 17 item 5)
 
 
 __all__ = ["COOKIE", "LOGIN_COOKIE", "PREFIX", "PUBLIC_URL_ENV", "cookie_secure", "csrf_token", "mount",
