@@ -39,7 +39,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import ValidationError
 
 from fireledger.domain.keys import FireKey
@@ -121,8 +121,9 @@ def _checks_of(app: FastAPI, act: Act) -> list[Callable[..., Any]]:
     """The role-check dependencies the app's ``POST {act.api_path}`` route declares (cached)."""
     cache: dict[str, list[Callable[..., Any]]] = app.state.__dict__.setdefault("console_act_checks", {})
     if act.name not in cache:
-        cache[act.name] = next((_role_checks(r.dependant) for r in app.router.routes
-                                if isinstance(r, APIRoute) and r.path == act.api_path and "POST" in (r.methods or ())), [])
+        cache[act.name] = next((_role_checks(rc.original_route.dependant) for rc in iter_route_contexts(app.routes)
+                                if isinstance(rc.original_route, APIRoute) and rc.path == act.api_path
+                                and "POST" in (rc.methods or ())), [])
     return cache[act.name]
 
 
