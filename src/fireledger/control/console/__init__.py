@@ -30,8 +30,6 @@ Payloads are never read, let alone shown (DESIGN.md invariant 14). Request bodie
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import secrets
 from importlib import resources
@@ -40,13 +38,11 @@ from urllib.parse import parse_qs, urlencode
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from fastapi.responses import RedirectResponse, Response
 
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
-from fireledger.errors import FireledgerError
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, preview
 
 from ..auth import hash_token
@@ -59,16 +55,28 @@ from ..history import (
     lateness_summary,
 )
 from ..views import policy_fields
+from .session import (
+    COOKIE,
+    PREFIX,
+    SECURITY_HEADERS,
+    _cookie_value,
+    _cross_site,
+    _csrf,
+    _ctx,
+    _principal,
+    _render,
+    _session_id,
+    _SignIn,
+    _when,
+    csrf_token,
+    session_hash,
+)
 
-COOKIE = "fireledger_console"
 COOKIE_MAX_AGE_S = 8 * 3600
 #: The sign-in form's pre-session nonce (double-submit CSRF), sent back to ``/console/login`` only.
 LOGIN_COOKIE = "fireledger_console_login"
 LOGIN_COOKIE_MAX_AGE_S = 3600
-PREFIX = "/console"
 PUBLIC_URL_ENV = "FIRELEDGER_PUBLIC_URL"
-#: ``Sec-Fetch-Site`` values a console POST may carry (absent: a client that does not send it).
-_SAME_SITE = frozenset({"same-origin", "none"})
 HISTORY_PAGE = 50
 HEALTH_N = 10
 #: Triggers on the list page, and triggers the overview checks for attention (bounded pages).
@@ -76,79 +84,6 @@ LIST_TRIGGERS = 500
 ATTENTION_TRIGGERS = 200
 WINDOWS: dict[str, int] = {"1h": 3600 * 1_000_000, "24h": DAY_US, "7d": 7 * DAY_US, "30d": 30 * DAY_US}
 STATES = ("pending", "dispatching", "held", "delivered", "failed", "unknown", "expired", "skipped")
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-}
-
-_env = Environment(loader=PackageLoader("fireledger.control.console", "templates"),
-                   autoescape=select_autoescape(default=True, default_for_string=True),
-                   undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-
-
-class _SignIn(FireledgerError):
-    """Raised by a page when there is no valid session: answered with a redirect to the login."""
-
-
-def _ctx(request: Request) -> ApiContext:
-    ctx: ApiContext = request.app.state.fireledger
-    return ctx
-
-
-def _render(name: str, status: int = 200, **values: Any) -> HTMLResponse:
-    values.setdefault("csrf", "")
-    html = _env.get_template(name).render(prefix=PREFIX, **values)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
-
-
-def _digest(purpose: str, secret: str) -> str:
-    """A one-way, purpose-separated digest of a secret (session id or login nonce), base64url."""
-    raw = hashlib.sha256(f"fireledger/console-{purpose}/v1\x00{secret}".encode()).digest()
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def session_hash(session_id: str) -> str:
-    """What the store keeps of a session id (a database reader cannot sign in with it)."""
-    return _digest("session", session_id)
-
-
-def csrf_token(purpose: str, secret: str) -> str:
-    """The CSRF token of a form: ``purpose`` ``login`` (bound to the login nonce) or ``session``
-    (bound to the session id). Distinct from :func:`session_hash`, so the stored hash is no token."""
-    return _digest(f"csrf-{purpose}", secret)
-
-
-def _cookie_value(request: Request, name: str) -> str | None:
-    value = request.cookies.get(name)
-    if not value or len(value) > 128:
-        return None
-    return value
-
-
-def _session_id(request: Request) -> str | None:
-    return _cookie_value(request, COOKIE)
-
-
-def _principal(request: Request) -> Principal:
-    session_id = _session_id(request)
-    if session_id is None:
-        raise _SignIn()
-    ctx = _ctx(request)
-    principal = ctx.store.trust.console_session(session_hash(session_id), ctx.now_us())
-    if principal is None or "reader" not in principal.roles:
-        raise _SignIn()
-    request.state.console_csrf = csrf_token("session", session_id)
-    return principal
-
-
-def _csrf(request: Request) -> str:
-    """The signed-in page's sign-out token (set by :func:`_principal`)."""
-    return str(getattr(request.state, "console_csrf", ""))
-
 
 def public_url_from_env(env: dict[str, str] | None = None) -> str | None:
     """``FIRELEDGER_PUBLIC_URL`` (the console's address as browsers see it), checked: ``http`` or
@@ -168,19 +103,9 @@ def cookie_secure(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def _cross_site(request: Request) -> bool:
-    """A browser says another site (or a sibling subdomain) sent this request."""
-    site = request.headers.get("sec-fetch-site")
-    return site is not None and site.lower() not in _SAME_SITE
-
-
 def _form(body: bytes) -> dict[str, str]:
     fields = parse_qs(body.decode("latin-1"), max_num_fields=8)
     return {k: v[0] for k, v in fields.items() if v}
-
-
-def _when(us: int | None) -> str:
-    return "—" if us is None else format_instant(from_us(us))
 
 
 def _secs(v: float | None) -> str:

@@ -51,7 +51,7 @@ from .. import deadletters, triggers
 from ..audit import record_denial
 from ..auth import Forbidden
 from ..problems import ProblemError, from_registry
-from . import (
+from .session import (
     PREFIX,
     SECURITY_HEADERS,
     _cross_site,
