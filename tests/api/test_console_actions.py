@@ -115,6 +115,7 @@ def test_pause_needs_the_session_token_and_a_confirmation_then_is_the_apis_act(a
     for data, headers in (({"confirm": "yes"}, {}),                                  # no token
                           ({"csrf": "forged", "confirm": "yes"}, {}),                # a forged one
                           ({"csrf": csrf[:-2] + "xx", "confirm": "yes"}, {}),
+                          ({"csrf": "é" + csrf[1:], "confirm": "yes"}, {}),                # not even ASCII
                           ({"csrf": csrf, "confirm": "yes"}, {"sec-fetch-site": "cross-site"})):
         r = api.http.post(url, data=data, headers=headers)
         assert r.status_code == 403 and "nothing changed" in r.text, r.text[:300]
@@ -225,3 +226,15 @@ def test_without_a_session_an_act_goes_to_the_sign_in_page(api: Api) -> None:
                       follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/login"
     assert api.snapshot() == before
+
+
+def test_a_token_with_non_ascii_text_is_refused_not_an_error(api: Api) -> None:
+    """The sign-in, sign-out and act forms compare tokens as bytes: ``é`` is unequal, not a 500."""
+    _, s = api.tenant("acme")
+    api.http.get("/console/login")
+    r = api.http.post("/console/login", data={"csrf": "é", "token": s.token}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/console/login?error=expired"
+    login(api, s.token)
+    r = api.http.post("/console/logout", data={"csrf": "é"}, follow_redirects=False)
+    assert r.status_code == 403
+    assert api.http.get("/console/", follow_redirects=False).status_code == 200   # still signed in

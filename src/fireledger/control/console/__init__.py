@@ -30,7 +30,6 @@ Payloads are never read, let alone shown (DESIGN.md invariant 14). Request bodie
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from importlib import resources
 from typing import Any
@@ -69,6 +68,7 @@ from .session import (
     _SignIn,
     _when,
     csrf_token,
+    same_token,
     session_hash,
 )
 
@@ -230,7 +230,7 @@ async def login(request: Request) -> Response:
     form = _form(await request.body())   # at most 4 KiB (bodylimit)
     nonce = _cookie_value(request, LOGIN_COOKIE)
     sent = form.get("csrf", "")
-    if _cross_site(request) or nonce is None or not hmac.compare_digest(sent, csrf_token("login", nonce)):
+    if _cross_site(request) or nonce is None or not same_token(sent, csrf_token("login", nonce)):
         return _to_login("expired")
     token = form.get("token", "").strip()
     if not token or len(token) > 512:
@@ -261,7 +261,7 @@ async def logout(request: Request) -> Response:
     session_id = _session_id(request)
     if session_id is not None:
         form = _form(await request.body())
-        if _cross_site(request) or not hmac.compare_digest(form.get("csrf", ""), csrf_token("session", session_id)):
+        if _cross_site(request) or not same_token(form.get("csrf", ""), csrf_token("session", session_id)):
             return _render("error.html", 403, signed_in=False,
                            message="That sign-out request did not come from this console; nothing changed.")
         await anyio.to_thread.run_sync(_ctx(request).store.trust.end_console_session, session_hash(session_id))

@@ -30,11 +30,11 @@ token answers 403 and changes nothing. Without a session a POST is sent to the s
 
 from __future__ import annotations
 
-import hmac
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
@@ -61,6 +61,7 @@ from .session import (
     _session_id,
     _when,
     csrf_token,
+    same_token,
 )
 
 
@@ -174,8 +175,6 @@ class _Refused(Exception):
 
 
 async def _form(request: Request) -> dict[str, str]:
-    from urllib.parse import parse_qs
-
     try:
         fields = parse_qs((await request.body()).decode("latin-1"), max_num_fields=12)
     except ValueError:
@@ -194,7 +193,7 @@ async def _authorised(request: Request, act: Act) -> tuple[Principal, dict[str, 
     principal = await anyio.to_thread.run_sync(_principal, request)   # no session: to the sign-in page
     session_id = _session_id(request) or ""
     form = await _form(request)
-    if _cross_site(request) or not hmac.compare_digest(form.get("csrf", ""), csrf_token("session", session_id)):
+    if _cross_site(request) or not same_token(form.get("csrf", ""), csrf_token("session", session_id)):
         raise _Refused(_forbidden(request, "That request did not come from this console (its form token is "
                                            "missing or wrong); nothing changed."))
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 from typing import Any
 
 from fastapi import Request
@@ -66,6 +67,13 @@ def csrf_token(purpose: str, secret: str) -> str:
     """The CSRF token of a form: ``purpose`` ``login`` (bound to the login nonce) or ``session``
     (bound to the session id). Distinct from :func:`session_hash`, so the stored hash is no token."""
     return _digest(f"csrf-{purpose}", secret)
+
+
+def same_token(sent: str, expected: str) -> bool:
+    """Constant-time comparison of a form's CSRF token with the expected one. Compares bytes: a sent
+    value with non-ASCII characters is simply unequal (``hmac.compare_digest`` on such a ``str``
+    raises, which answered 500)."""
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), expected.encode("utf-8"))
 
 
 def _cookie_value(request: Request, name: str) -> str | None:
