@@ -35,6 +35,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 S = 1_000_000
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _us(text: str) -> int:
@@ -137,6 +138,8 @@ def _author_pauses(browser: Browser, base: str, author: dict[str, Any], admin: A
     expect(page.locator("#actions a.act-backfill")).to_have_count(0)   # an author has no backfill role
     page.click("#actions a.act-pause")
     expect(page.locator("#question")).to_contain_text("Pause this trigger?")
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    page.screenshot(path=str(ROOT / "artifacts" / "console-confirm-pause.png"), full_page=True)
     assert admin.ok("GET", f"/v1/triggers/{world['paused']}")["state"] == "active"   # a GET changed nothing
     page.click("form#confirm button[type=submit]")
     expect(page.locator("#done")).to_contain_text("Paused")

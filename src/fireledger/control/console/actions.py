@@ -44,6 +44,7 @@ from pydantic import ValidationError
 
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import Principal
+from fireledger.errors import FireledgerError
 from fireledger.registry import RegistryError
 
 from .. import backfill as backfill_api
@@ -166,7 +167,7 @@ def done_message(name: str | None) -> str:
 # --- the request's checks: session, CSRF, role ---------------------------------------------------
 
 
-class _Refused(Exception):
+class _Refused(FireledgerError):
     """An answer to send instead of acting (nothing was changed)."""
 
     def __init__(self, response: Response) -> None:
