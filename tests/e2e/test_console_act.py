@@ -9,6 +9,9 @@ triggers every second, both on one SQLite file.
 * A POST with a forged or a missing CSRF token is refused (403) and changes nothing; the author then
   resumes it from the console and the timing plane decides it again.
 * Each act is in the audit log (``GET /v1/audit``), by the author's principal.
+
+And with every role (``fireledger control`` alone): run now, a backfill after its dry-run preview,
+and the redrive of a dead letter, each confirmed in the browser and each in the audit log.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 
 from e2e import Api, Service, wait_until
 from fireledger.control.auth import create_tenant
-from fireledger.domain.keys import to_us
-from fireledger.domain.model import Tenant
-from fireledger.recurrence import parse_instant
+from fireledger.domain.keys import FireKey, from_us, to_us
+from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Tenant
+from fireledger.recurrence import TZDATA_VERSION, format_instant, parse_instant
 from fireledger.store import Store
 from storekit import add_target, add_trigger
 
@@ -168,3 +171,76 @@ def _author_pauses(browser: Browser, base: str, author: dict[str, Any], admin: A
                "the resumed trigger to be decided again")
     context.close()
     return pause_at
+
+
+@pytest.fixture
+def dead_letter_world(tmp_path: Path) -> dict[str, Any]:
+    """A cron trigger every 5 minutes with one fire that ended failed (a dead letter) an hour ago."""
+    db = f"sqlite:///{tmp_path}/acts.db"
+    store = Store.open(db)
+    now = int(time.time()) * S
+    tenant_id, token = create_tenant(store, "console-act", now)
+    tenant = Tenant(tenant_id, "console-act", now)
+    target = add_target(store, tenant, url="http://127.0.0.1:9/hook", now_us=now)
+    trig, _, _ = add_trigger(store, tenant, target, {"cron": "*/5 * * * *", "zone": "UTC"}, now_us=now - 2 * 3600 * S)
+    at = now - 3600 * S - now % (300 * S)
+    fire = NewFire(tenant_id, trig.id, at, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME, FireState.FAILED, at + 1000,
+                   TZDATA_VERSION, "node-a", cause="failed: HTTP 404 is final")
+    assert store.timing.insert_fires([fire])
+    store.close()
+    return {"db": db, "token": token, "trigger": trig.id, "dead": str(FireKey(tenant_id, trig.id, at, 0)), "now": now}
+
+
+def test_run_now_backfill_after_its_preview_and_redrive_each_confirmed_and_audited(
+        dead_letter_world: dict[str, Any], tmp_path: Path) -> None:
+    w = dead_letter_world
+    control = Service(w["db"], tmp_path, command="control").start()
+    try:
+        admin = Api(control.base, w["token"])
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = sign_in(browser.new_context(), control.base, w["token"])   # every role
+                # Run now: confirmed, then the new manual fire's page.
+                page.goto(f"{control.base}/console/triggers/{w['trigger']}")
+                page.click("#actions a.act-run")
+                page.click("form#confirm button[type=submit]")
+                expect(page.locator("#done")).to_contain_text("Run now")
+                run_key = page.url.rsplit("/", 1)[1].split("?")[0]
+                assert admin.ok("GET", f"/v1/fires/{run_key}")["kind"] == "manual"
+                # Backfill: the dry run lists the window's instants and stores nothing; then confirmed.
+                page.goto(f"{control.base}/console/triggers/{w['trigger']}")
+                page.click("#actions a.act-backfill")
+                lo = w["now"] - 3600 * S - w["now"] % (300 * S) - 1800 * S
+                page.fill("#from", _text(lo))
+                page.fill("#to", _text(lo + 1800 * S))
+                page.click("form#backfill-preview button[type=submit]")
+                expect(page.locator("#preview-summary")).to_contain_text("would create 6")
+                assert _kinds(admin, w["trigger"]).count("backfill") == 0
+                page.click("form#confirm button[type=submit]")
+                expect(page.locator("#done")).to_contain_text("Backfilled")
+                assert _kinds(admin, w["trigger"]).count("backfill") == 6
+                # Redrive the dead letter from its page.
+                page.goto(f"{control.base}/console/fires/{w['dead']}")
+                page.click("#actions a.act-redrive")
+                expect(page.locator("#question")).to_contain_text("SAME key")
+                page.click("form#confirm button[type=submit]")
+                expect(page.locator("#done")).to_contain_text("Redriven")
+                assert admin.ok("GET", f"/v1/fires/{w['dead']}")["state"] == "pending"
+                expect(page.locator("#actions")).to_have_count(0)   # pending: nothing to redrive
+            finally:
+                browser.close()
+        acts = [(r["action"], r["new"]) for r in admin.ok("GET", "/v1/audit?limit=1000")["items"]]
+        assert ("trigger.run", {"trigger_id": w["trigger"], "fire_key": run_key}) in acts
+        assert [n["created"] for a, n in acts if a == "trigger.backfill"] == [6]
+        assert [n["fire_key"] for a, n in acts if a == "fire.redrive"] == [w["dead"]]
+    finally:
+        control.stop()
+
+
+def _text(us: int) -> str:
+    return format_instant(from_us(us))
+
+
+def _kinds(admin: Api, trigger_id: str) -> list[str]:
+    return [f["kind"] for f in admin.ok("GET", f"/v1/triggers/{trigger_id}/fires?limit=1000")["items"]]
