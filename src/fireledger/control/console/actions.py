@@ -121,7 +121,9 @@ def _role_checks(dependant: Any) -> list[Callable[..., Any]]:
 
 def _checks_of(app: FastAPI, act: Act) -> list[Callable[..., Any]]:
     """The role-check dependencies the app's ``POST {act.api_path}`` route declares (cached)."""
-    cache: dict[str, list[Callable[..., Any]]] = app.state.__dict__.setdefault("console_act_checks", {})
+    cache: dict[str, list[Callable[..., Any]]] | None = getattr(app.state, "console_act_checks", None)
+    if cache is None:
+        cache = app.state.console_act_checks = {}
     if act.name not in cache:
         cache[act.name] = next((_role_checks(rc.original_route.dependant) for rc in iter_route_contexts(app.routes)
                                 if isinstance(rc.original_route, APIRoute) and rc.path == act.api_path
