@@ -151,7 +151,7 @@ def delete_trigger(trigger_id: str, principal: Principal = Depends(require("auth
                      "recorded so that resume can decide the paused instants by the missed-fire policy")
 def pause_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    done = _registry(ctx).pause(principal.tenant_id, trigger_id, now_us=ctx.now_us())
+    done = _registry(ctx).pause(principal.tenant_id, trigger_id, now_us=ctx.now_us(), actor=principal.id)
     return trigger_view(done.trigger, done.version)
 
 
@@ -162,7 +162,7 @@ def pause_trigger(trigger_id: str, principal: Principal = Depends(require("autho
                      "(fire-all / fire-once-now / skip), each non-dispatch with its cause in the history")
 def resume_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    done = _registry(ctx).resume(principal.tenant_id, trigger_id, now_us=ctx.now_us())
+    done = _registry(ctx).resume(principal.tenant_id, trigger_id, now_us=ctx.now_us(), actor=principal.id)
     return trigger_view(done.trigger, done.version)
 
 
