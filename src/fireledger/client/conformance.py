@@ -101,7 +101,7 @@ def _diff(what: str, ours: dict[str, tuple[bool, str]], theirs: dict[str, tuple[
 
 def _suggest(method: str, path: str, op: dict[str, Any]) -> str:
     base = str(op.get("operationId") or "operation").split("_v1_")[0]
-    ok = next((v for k, v in sorted(op.get("responses", {}).items()) if k.startswith("2")), {})
+    ok: dict[str, Any] = next((v for k, v in sorted(op.get("responses", {}).items()) if k.startswith("2")), {})
     resp = (ok.get("content") or {}).get("application/json", {}).get("schema", {})
     returns = _name(resp["$ref"]) if "$ref" in resp else ("JsonObject" if resp else "None")
     req = ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema", {})
