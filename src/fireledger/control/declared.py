@@ -22,7 +22,7 @@ The schema is public (no token): an editor fetches it by URL. It describes no te
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, model_validator
@@ -49,6 +49,8 @@ class _DeclBase(BaseModel):
     target: TargetName | None = Field(None, description="A target of this file, by its name under `targets`.")
     target_id: str | None = Field(None, max_length=100, description="Or an existing target's id (not in the file).")
     paused: bool = Field(False, description="Keep the trigger paused (apply pauses or resumes it to match).")
+    if TYPE_CHECKING:   # the create fields TriggerDecl adds (as TriggerCreate declares them)
+        schedule: dict[str, Any]
 
     @model_validator(mode="after")
     def _one_target(self) -> _DeclBase:
@@ -57,11 +59,14 @@ class _DeclBase(BaseModel):
         return self
 
 
-TriggerDecl: type[_DeclBase] = create_model(  # type: ignore[call-overload]
-    "TriggerDecl", __base__=_DeclBase, __doc__="One trigger: the body of POST /v1/triggers without `name` "
-    "(the key) and `target_id` (`target` or `target_id`), plus `paused`.",
-    **{f: (TriggerCreate.model_fields[f].annotation, TriggerCreate.model_fields[f]) for f in _FROM_CREATE},
-)
+if TYPE_CHECKING:
+    TriggerDecl = _DeclBase
+else:
+    TriggerDecl = create_model(
+        "TriggerDecl", __base__=_DeclBase, __doc__="One trigger: the body of POST /v1/triggers without `name` "
+        "(the key) and `target_id` (`target` or `target_id`), plus `paused`.",
+        **{f: (TriggerCreate.model_fields[f].annotation, TriggerCreate.model_fields[f]) for f in _FROM_CREATE},
+    )
 
 
 class TriggersFile(BaseModel):
@@ -73,7 +78,7 @@ class TriggersFile(BaseModel):
     targets: dict[TargetName, TargetCreate] = Field(
         default_factory=dict, description="Targets by name: the body of POST /v1/targets. An http target is "
                                           "identified by its url, an internal one by its callable's name.")
-    triggers: dict[TriggerName, TriggerDecl] = Field(  # type: ignore[valid-type]
+    triggers: dict[TriggerName, TriggerDecl] = Field(
         default_factory=dict, description="Triggers by name (the identity: one trigger of the tenant per name).")
 
 
