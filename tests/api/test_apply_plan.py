@@ -169,3 +169,12 @@ def test_local_problems_come_first_and_name_the_reference(api: Api, owner: Sessi
         _plan(api, owner, FILE.replace("target: inbox\n    jitter", "target: outbox\n    jitter"))
     assert [p.path for p in refused.value.problems] == ["triggers.every-90s.target"]
     assert "names no target of this file ('outbox')" in str(refused.value)
+
+
+def test_a_queue_no_trigger_uses_is_still_the_same_queue(api: Api, owner: Session) -> None:
+    text = "targets:\n  spare: {kind: queue}\n  other: {kind: queue}\n"
+    assert [a.verb for a in _plan(api, owner, text).actions] == ["create", "create"]
+    _apply(api, owner, text)
+    assert _plan(api, owner, text).actions == [] and len(owner.get("/v1/targets").json()["items"]) == 2
+    one = _plan(api, owner, "targets:\n  spare: {kind: queue}\n", prune=True)
+    assert [(a.verb, a.kind) for a in one.actions] == [("delete", "target")]

@@ -16,6 +16,7 @@ prove ownership (serve the printed response, then apply again).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -145,15 +146,15 @@ def apply_cmd(
     except FileProblems as exc:
         for p in exc.problems:
             typer.echo(f"fireledger: apply: {p.render(exc.filename)}", err=True)
-        raise typer.Exit(2) from None
+        sys.exit(2)
     except ApiError as exc:
         for d in done:
             typer.echo(f"done: {d['action']} {d['kind']} {d['name']}", err=True)
         typer.echo(f"fireledger: apply: the API refused: {exc}", err=True)
-        raise typer.Exit(EXIT_REFUSED) from None
+        sys.exit(EXIT_REFUSED)
     except httpx.TransportError as exc:   # the API cannot be reached: the url, not a traceback
         typer.echo(f"fireledger: apply: --url: cannot reach {url}: {type(exc).__name__}: {exc}", err=True)
-        raise typer.Exit(EXIT_REFUSED) from None
+        sys.exit(EXIT_REFUSED)
     finally:
         client.close()
     waiting = [a for a in result.actions if a.verb == "wait"]
@@ -168,7 +169,7 @@ def apply_cmd(
         for a in waiting if not plan_only else []:
             typer.echo(f"waiting: trigger {a.name}: {a.note}")
     if waiting and not plan_only:
-        raise typer.Exit(EXIT_WAITING)
+        sys.exit(EXIT_WAITING)   # typer.Exit would be swallowed (standalone_mode=False)
 
 
 COMMANDS = [Command("apply", apply_cmd)]

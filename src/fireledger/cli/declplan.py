@@ -135,6 +135,15 @@ def _match_targets(f: TriggersFile, targets: list[Any], triggers: dict[str, Any]
         if found:
             out[name] = found[0]
             taken.add(found[0].id)
+    # Targets without an identity (queues) no trigger of the file tells apart are interchangeable:
+    # each takes a remaining one of its kind that no trigger of the file uses, oldest id first.
+    used = {tr.target_id for n, tr in triggers.items() if n in f.triggers}
+    for name, spec in f.targets.items():
+        if name not in out and _identity(spec.kind, spec.url, spec.name) is None:
+            spare = [t for t in targets if t.kind == spec.kind and t.id not in taken and t.id not in used]
+            if spare:
+                out[name] = spare[0]
+                taken.add(spare[0].id)
     return out
 
 
