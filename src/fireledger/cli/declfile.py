@@ -87,6 +87,8 @@ def _construct(node: yaml.Node, path: Path_, positions: dict[Path_, tuple[int, i
                                         key_node.start_mark.column + 1, "is given twice in this mapping"))
                 continue
             out[key] = _construct(value_node, (*path, key), positions, problems)
+            if value_node.start_mark.line != key_node.start_mark.line:   # a block below its key: the key's line
+                positions[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(n, (*path, i), positions, problems) for i, n in enumerate(node.value)]
