@@ -178,3 +178,17 @@ def test_a_queue_no_trigger_uses_is_still_the_same_queue(api: Api, owner: Sessio
     assert _plan(api, owner, text).actions == [] and len(owner.get("/v1/targets").json()["items"]) == 2
     one = _plan(api, owner, "targets:\n  spare: {kind: queue}\n", prune=True)
     assert [(a.verb, a.kind) for a in one.actions] == [("delete", "target")]
+
+
+def test_a_trigger_moving_to_a_new_target_keeps_its_old_one_until_it_moves(api: Api, owner: Session) -> None:
+    _apply(api, owner, FILE)
+    moved = FILE.replace("inbox: {kind: queue}", "hook: {kind: http, url: 'https://h.example.com/'}").replace(
+        "target: inbox", "target: hook")
+    p = _plan(api, owner, moved, prune=True)
+    assert _verbs(p) == [("create", "target", "hook"), ("wait", "trigger", "daily-report"),
+                         ("wait", "trigger", "every-90s")]   # the queue they still use is not deleted
+    assert p.unmanaged == []
+    done = _apply(api, owner, moved, prune=True)
+    assert [(d["action"], d["kind"]) for d in done] == [("create", "target")]
+    daily = {t["name"]: t for t in owner.get("/v1/triggers").json()["items"]}["daily-report"]
+    assert owner.get(f"/v1/targets/{daily['target_id']}").json()["kind"] == "queue"   # still its queue

@@ -243,7 +243,7 @@ def _trigger_actions(client: Client, loaded: Loaded, current: dict[str, Any], st
             actions.append(Action("wait", "trigger", name, have.id if have else None, note=why + ", then proves "
                                   "ownership (serve verification.response at challenge_path; apply again)"))
             continue
-        if have is not None and dry is None and state.id is None:   # compared once the new target exists
+        if have is not None and state.id is None:   # compared once the new target exists
             actions.append(Action("amend", "trigger", name, have.id, {"target_id": (have.target_id, "(new)")},
                                   note=f"after target {state.name!r} is created"))
             continue
@@ -270,9 +270,11 @@ def _trigger_actions(client: Client, loaded: Loaded, current: dict[str, Any], st
 
 
 def _unmanaged(loaded: Loaded, triggers: list[Any], targets: list[Any], matched: dict[str, Any],
-               prune: bool) -> list[Action]:
+               prune: bool, held: set[str]) -> list[Action]:
+    """What the file does not name; ``held``: targets a file trigger that is not amended yet still uses."""
     named = set(loaded.model.triggers)
     keep = {t.id for t in matched.values()} | {d.target_id for d in loaded.model.triggers.values() if d.target_id}
+    keep |= held
     verb = "delete" if prune else "unmanaged"
     out = [Action(verb, "trigger", t.name, t.id) for t in triggers if t.name not in named]
     out += [Action(verb, "target", t.url or t.kind, t.id) for t in targets if t.id not in keep]
@@ -301,7 +303,9 @@ def plan(client: Client, loaded: Loaded, *, prune: bool = False, known: dict[str
     actions = target_actions + _trigger_actions(client, loaded, current, states, problems)
     if problems:
         raise FileProblems(loaded.filename, problems)
-    unmanaged = _unmanaged(loaded, listed, targets, matched, prune)
+    deferred = {a.name for a in actions if a.kind == "trigger" and (a.verb == "wait" or a.note)}
+    held = {current[n].target_id for n in deferred if n in current}
+    unmanaged = _unmanaged(loaded, listed, targets, matched, prune, held)
     if prune:
         return Plan(actions + unmanaged, [], states)
     return Plan(actions, unmanaged, states)
