@@ -11,6 +11,7 @@ README's client example runs as written against the same server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from e2e import Api, Service, cli, new_tenant
+from fireledger.client import AsyncClient
 from sink import SinkServer
 
 pytestmark = pytest.mark.e2e
@@ -159,6 +161,12 @@ def test_the_readme_client_example_runs_against_a_real_server(served) -> None:
     made = api.ok("GET", f"/v1/triggers/{trigger_id}")
     assert made["name"] == "report" and made["schedule"]["every"] == "1m30s" and made["next_instant"] == next_instant
     assert instants and instants[0].startswith("['") and next_instant.endswith("Z")
+
+    async def listed() -> list[str]:   # the asyncio twin over real HTTP
+        async with AsyncClient(svc.base, token) as aapi:
+            return [t.id async for t in aapi.items(aapi.list_triggers)]
+
+    assert asyncio.run(listed()) == [trigger_id]
 
 
 def _env() -> dict[str, str]:

@@ -81,3 +81,10 @@ def test_the_schema_is_generated_from_the_api_models() -> None:
         assert decl["properties"][field] == create["properties"][field], field
     assert doc["$defs"]["TargetCreate"] == TargetCreate.model_json_schema()
     assert decl["additionalProperties"] is False and set(TriggerDecl.model_fields) >= {"schedule", "retry"}
+
+
+def test_apply_compares_every_field_a_trigger_is_created_with() -> None:
+    from fireledger.cli.declplan import COMPARED
+
+    assert set(COMPARED) == set(TriggerCreate.model_fields) - {"name", "payload"}, (
+        "a TriggerCreate field apply cannot compare: show it in DryRunDefinition and TriggerView too")

@@ -21,14 +21,16 @@ from typing import Any
 
 from fireledger.client import ApiError, Client
 from fireledger.control.declared import TriggersFile
-from fireledger.control.schemas import RetryPolicy
+from fireledger.control.dryrun import DryRunDefinition
+from fireledger.control.schemas import RetryPolicy, TriggerCreate, TriggerView
 from fireledger.dispatch.internal import PREFIX as INTERNAL_PREFIX
 
 from .declfile import FileProblems, Loaded, Problem
 
-#: The trigger fields apply compares (besides the payload's digest and the state).
-COMPARED = ("schedule", "target_id", "missed_fire_policy", "catchup_horizon", "overlap_policy", "outcome_window",
-            "jitter", "timeout", "retry")
+#: The trigger fields apply compares (besides the payload's digest and the state): every create field
+#: the dry run's definition and the trigger view both show (tests/unit/test_apply_file.py requires all).
+COMPARED = tuple(f for f in DryRunDefinition.model_fields
+                 if f in TriggerView.model_fields and f in TriggerCreate.model_fields and f != "name")
 _DECL_ONLY = {"target", "target_id", "paused"}
 PAYLOAD = "payload"
 
@@ -186,8 +188,7 @@ def _compare(current: Any, wanted: Any, decl: Any, digest: str | None) -> dict[s
         a, b = getattr(current, f), getattr(wanted, f)
         if f == "schedule":
             a, b = _norm_schedule(a, decl.schedule), _norm_schedule(b, decl.schedule)
-        if f == "retry":
-            a, b = a.model_dump(), (b.model_dump() if b is not None else None)
+        a, b = (x.model_dump() if hasattr(x, "model_dump") else x for x in (a, b))
         if a != b:
             changes[f] = (a, b)
     if digest != current.payload_digest:
