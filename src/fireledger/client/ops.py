@@ -13,8 +13,9 @@ path, query parameters, request and response fields).
 
 Calling convention of every operation: path parameters positionally in template order (or by name),
 the request body as ``body=`` (a request model instance — serialised with only the fields set — or
-a plain mapping, sent as is), query parameters by keyword (``from_`` for ``from``; a list is sent
-comma-separated; ``None`` is left out), and extra request headers as ``headers=``.
+a plain mapping, sent as is) or as exact JSON bytes ``content=`` (what a signature covers), query
+parameters by keyword (``from_`` for ``from``; a list is sent comma-separated; ``None`` is left
+out), and extra request headers as ``headers=``.
 """
 
 from __future__ import annotations
@@ -101,8 +102,11 @@ class Op(Generic[R]):
             params[p] = kwargs.pop(p)
         headers = kwargs.pop("headers", None)
         body = kwargs.pop("body", None)
-        if body is not None and self.body is None:
+        content = kwargs.pop("content", None)
+        if (body is not None or content is not None) and self.body is None:
             raise TypeError(f"{self.name}() takes no body")
+        if body is not None and content is not None:
+            raise TypeError(f"{self.name}() takes body= or content=, not both")
         query: dict[str, str] = {}
         for key, value in kwargs.items():
             name = key[:-1] if key.endswith("_") else key
@@ -115,6 +119,9 @@ class Op(Generic[R]):
         out: dict[str, Any] = {"params": query}
         if headers:
             out["headers"] = dict(headers)
+        if content is not None:   # exact bytes (a signed outcome callback: the signature covers them)
+            out["content"] = bytes(content)
+            out["headers"] = {"content-type": "application/json", **out.get("headers", {})}
         if body is not None:
             out["json"] = (body.model_dump(mode="json", by_alias=True, exclude_unset=True)
                            if isinstance(body, BaseModel) else dict(body))
