@@ -35,6 +35,7 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/audit``                    admin     the tenant's audit rows
 ``POST /v1/triggers/{id}/backfill``   backfill  fires for a past window (dry run; audited)
 ``GET  /v1/reports/smearing``         reader    avoided-peak report of jitter smearing
+``GET  /v1/schemas/triggers.json``    —         JSON Schema of an ``apply`` file (public; 0185)
 ====================================  ========  =================================================
 
 A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,
@@ -66,6 +67,7 @@ from . import (
     backfill,
     console,
     deadletters,
+    declared,
     history,
     outcomes,
     policy,
@@ -221,6 +223,7 @@ def _include_area_routers(app: FastAPI, settings: Settings | None) -> None:
     app.include_router(queues.router)
     app.include_router(backfill.router)
     app.include_router(reports.router)
+    app.include_router(declared.router)   # GET /v1/schemas/triggers.json: public, for editors (0185)
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -263,7 +266,8 @@ class GuardMiddleware:
         try:
             path: str = scope.get("path", "")
             signed = is_signed_callback(scope.get("method", ""), path)   # the target's signature
-            if (path == "/v1" or path.startswith("/v1/")) and not signed:
+            public = scope.get("method") == "GET" and path == declared.TRIGGERS_SCHEMA_PATH   # a schema (0185)
+            if (path == "/v1" or path.startswith("/v1/")) and not signed and not public:
                 refusal, receive = await self._guard(scope, receive)
                 if refusal is not None:
                     await refusal.response()(scope, receive, send_tracking)
