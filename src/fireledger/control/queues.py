@@ -8,14 +8,14 @@ the fire key (``receives`` counts the hand-outs).
 
 =======================================  =========  ==================================================
 ``GET  /v1/queues/{id}``                 reader     depth: messages, visible now, oldest instant
-``POST /v1/queues/{id}/pull``            admin      ``{"max": 10, "visibility_timeout": "30s"}``
-``POST /v1/queues/{id}/ack``             admin      ``{"fire_keys": ["…", …]}``
+``POST /v1/queues/{id}/pull``            consumer   ``{"max": 10, "visibility_timeout": "30s"}``
+``POST /v1/queues/{id}/ack``             consumer   ``{"fire_keys": ["…", …]}``
 =======================================  =========  ==================================================
 
 A pulled message carries the same fields as an HTTP dispatch body (``fire_key``, ``trigger_id``,
 ``scheduled_instant``, ``attempt``, ``lane``, ``kind``, ``version``, ``payload``): consuming is
-delivery, so it needs the ``admin`` role until a narrower consumer grant exists. Another tenant's
-queue, or a target that is not a queue, is "no such queue" (404).
+delivery, so it needs the ``consumer`` role — a grant that allows nothing else — or ``admin``
+(decision 0176). Another tenant's queue, or a target that is not a queue, is "no such queue" (404).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Principal, Target
 from fireledger.recurrence import RecurrenceError, format_instant, parse_duration
 
-from .auth import require
+from .auth import require, require_any
 from .context import ApiContext, get_ctx
 from .formats import FIRE_KEY_PATTERN, duration_field
 from .problems import invalid, not_found
@@ -136,7 +136,7 @@ def queue_stats(target_id: str, principal: Principal = Depends(require("reader")
 
 @router.post("/{target_id}/pull", response_model=PullView,
              summary="Take up to `max` messages, hidden for `visibility_timeout` (ack them by fire key)")
-def pull(target_id: str, body: PullRequest, principal: Principal = Depends(require("admin")),
+def pull(target_id: str, body: PullRequest, principal: Principal = Depends(require_any("consumer", "admin")),
          ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     try:
         vis = parse_duration(body.visibility_timeout, "visibility_timeout", minimum=timedelta(seconds=1),
@@ -150,7 +150,7 @@ def pull(target_id: str, body: PullRequest, principal: Principal = Depends(requi
 
 
 @router.post("/{target_id}/ack", response_model=AckView, summary="Remove processed messages, by fire key")
-def ack(target_id: str, body: AckRequest, principal: Principal = Depends(require("admin")),
+def ack(target_id: str, body: AckRequest, principal: Principal = Depends(require_any("consumer", "admin")),
         ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     keys: list[FireKey] = []
     errors = []
