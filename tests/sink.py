@@ -198,6 +198,11 @@ class SinkServer:
 
     # ---- behaviour ----------------------------------------------------------------------------
 
+    def set_behaviour(self, path: str, behaviour: Behaviour) -> None:
+        """Answer ``path`` with ``behaviour`` from the next request on (e.g. a target that fails,
+        then recovers)."""
+        self._behaviours = {**self._behaviours, path: behaviour}
+
     def _behaviour(self, path: str, fire_key: str | None) -> Behaviour:
         if path in self._behaviours:
             return self._behaviours[path]
