@@ -132,7 +132,8 @@ def test_the_policy_role_changes_the_quota_audited_with_the_prior_value(api: Api
     assert row["actor"] == api.store.trust.principal_by_token_hash(hash_token(policy.token or "")).id
     # Bad input is refused by name and changes nothing; another tenant's quota is untouched.
     other_id, _ = api.tenant("other")
-    for body, field in (({}, "body"), ({"fires_per_s": 0}, "fires_per_s"), ({"inflight": 0}, "inflight"),
+    for body, field in (({}, "body"), ({"fires_per_s": 0.001}, "fires_per_s"),
+                        ({"catchup_fraction": 0.001}, "catchup_fraction"), ({"inflight": 0}, "inflight"),
                         ({"catchup_fraction": 1.5}, "catchup_fraction"), ({"fires_per_s": None}, "fires_per_s"),
                         ({"burst": 3}, "burst"), ({"fires_per_s": 1001}, "fires_per_s"),
                         ({"inflight": 1001}, "inflight")):

@@ -22,6 +22,8 @@ the list, field by field):
 * ``PATCH /v1/triggers/{trigger_id}/policy`` and its dry run: the bounds of ``catchup_horizon`` and
   ``outcome_window``.
 * ``POST /v1/queues/{target_id}/pull``: the bounds of ``visibility_timeout`` (1s to 12h).
+* ``PATCH /v1/tenant/quota``: ``fires_per_s`` and ``inflight`` above the operator's ceiling
+  (``FIRELEDGER_MAX_QUOTA_*``, read per request: the schema cannot know it).
 * ``GET /v1/fires``, ``GET /v1/triggers/{trigger_id}/fires``, ``GET /v1/triggers/{trigger_id}/lateness``,
   ``GET /v1/reports/smearing``, ``POST /v1/triggers/{trigger_id}/backfill``, ``GET /v1/dead-letters``,
   ``POST /v1/dead-letters/redrive``: ``to`` later than
@@ -80,6 +82,8 @@ INEXPRESSIBLE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "PATCH /v1/triggers/{trigger_id}/policy": _POLICY_BODY,
     "POST /v1/triggers/{trigger_id}/policy/dry-run": _POLICY_BODY,
     "POST /v1/queues/{target_id}/pull": (("visibility_timeout", _DURATION_BOUNDS),),
+    "PATCH /v1/tenant/quota": (("fires_per_s", ("is above the operator's ceiling",)),
+                               ("inflight", ("is above the operator's ceiling",))),
     "GET /v1/fires": _WINDOW,
     "GET /v1/triggers/{trigger_id}/fires": _WINDOW,
     "GET /v1/triggers/{trigger_id}/lateness": _WINDOW,

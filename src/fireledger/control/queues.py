@@ -70,6 +70,9 @@ class MessageBody(BaseModel):
     kind: str
     version: int
     payload: Any = Field(description="The trigger's payload (null when it cannot be opened: see payload_error).")
+    dead_letter: dict[str, Any] | None = Field(
+        None, description="For kind dead-letter (decision 0178): the dead fire's history record (key, state, cause, "
+                          "attempts); null otherwise.")
 
 
 class MessageView(BaseModel):
@@ -117,11 +120,19 @@ def _message(ctx: ApiContext, m: QueueMessage) -> dict[str, Any]:
         payload = decode_payload(f.tenant_id, plain)
     except ValueError as exc:   # PayloadUnreadable (the tenant's key is gone), or not JSON
         error = str(exc) if type(exc).__name__ == "PayloadUnreadable" else "the payload could not be decoded"
+    dead = None
+    if f.kind == "dead-letter":   # a dead letter's delivery: its history rides along (decision 0178)
+        from fireledger.domain.keys import dead_fire_key
+        from fireledger.observe.records import fire_record
+
+        found = ctx.store.history.get_fire(dead_fire_key(m.key))
+        dead = None if found is None else fire_record(found)
     return {
         "fire_key": key, "receives": m.receives, "visible_until": instant(m.visible_until_us),
         "body": {"fire_key": key, "trigger_id": f.trigger_id,
                  "scheduled_instant": format_instant(from_us(f.scheduled_us)), "attempt": f.attempts,
-                 "lane": f.lane, "kind": f.kind, "version": f.version, "payload": payload},
+                 "lane": f.lane, "kind": f.kind, "version": f.version, "payload": payload,
+                 "dead_letter": dead},
         "payload_error": error,
     }
 

@@ -9,7 +9,8 @@ of every dispatch process (decision 0177).
 The operator bounds what a tenant may give itself: ``fires_per_s`` at most
 ``FIRELEDGER_MAX_QUOTA_FIRES_PER_S`` (default 1000) and ``inflight`` at most
 ``FIRELEDGER_MAX_QUOTA_INFLIGHT`` (default 1000); above them the change is refused (422 naming the
-field) and only the operator command can set it. Lowering is always allowed.
+field) and only the operator command can set it. The least a tenant may set is 0.01 fires/s and a
+catch-up fraction of 0.01 (a recovery lane's pace stays a finite interval).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ router = APIRouter(prefix="/v1/tenant", tags=["policy"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
 
 _NAMES = ("fires_per_s", "inflight", "catchup_fraction")
+#: The least a tenant may set through the API: a rate's interval (1/rate) must stay a number the
+#: shaper can add to an instant for every tenant's claim round (the operator command allows any > 0).
+MIN_FIRES_PER_S = 0.01
+MIN_FRACTION = 0.01
 
 
 class QuotaPatch(BaseModel):
@@ -39,11 +44,11 @@ class QuotaPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
-    fires_per_s: float = Field(None, gt=0, le=1e9,   # type: ignore[assignment]
-                               description="Attempts started per second (> 0; at most the operator's ceiling).")
+    fires_per_s: float = Field(None, ge=MIN_FIRES_PER_S, le=1e9,   # type: ignore[assignment]
+                               description="Attempts started per second (≥ 0.01; at most the operator's ceiling).")
     inflight: int = Field(None, ge=1, le=1_000_000_000,   # type: ignore[assignment]
                           description="Attempts in flight at once (≥ 1; at most the operator's ceiling).")
-    catchup_fraction: float = Field(None, gt=0, le=1,   # type: ignore[assignment]
+    catchup_fraction: float = Field(None, ge=MIN_FRACTION, le=1,   # type: ignore[assignment]
                                     description="Share of the quota the catch-up and backfill lanes drain at.")
 
 
