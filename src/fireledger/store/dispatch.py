@@ -93,10 +93,13 @@ class SqlDispatch(DispatchRedrive):
                 if v is None:
                     row = c.execute(q["get_version"], {"trigger_id": f.trigger_id, "version": f.version}).fetchone()
                     v = versions[vk] = rec.version(row)
-                t = targets.get(v.target_id)
+                tid = _target_of(f, v) or v.target_id   # a delivery record: its dead-letter target (0178)
+                t = targets.get(tid)
                 if t is None:
-                    row = c.execute(q["targets_by_ids"], {"id": v.target_id}).fetchone()
-                    t = targets[v.target_id] = rec.target(row)
+                    row = c.execute(q["targets_by_ids"], {"id": tid}).fetchone()
+                    t = targets[tid] = rec.target(row)
+                if f.kind == FireKind.DEAD_LETTER:
+                    v = replace(v, policies=dl.delivery_policies(v.policies))
                 until = lease_until
                 own = now_us + int(v.policies.timeout_s * 1e6) + lease_margin_us
                 if lease_margin_us and own != lease_until:
@@ -105,7 +108,9 @@ class SqlDispatch(DispatchRedrive):
                                                "scheduled_us": f.scheduled_us, "seq": f.seq,
                                                "owner": owner, "until_us": own})
                     until = own
-                jobs.append(DispatchJob(f, f.attempts, t, v.payload, v.policies, owner, until, v.schedule))
+                jobs.append(DispatchJob(f, f.attempts, t, v.payload, v.policies, owner, until, v.schedule,
+                                        dead_letter=dl.load_dead_fire(c, q, f) if f.kind == FireKind.DEAD_LETTER
+                                        else None))
         return jobs
 
     def settle_attempts(self, items: Sequence[Settlement], now_us: int) -> list[bool]:
