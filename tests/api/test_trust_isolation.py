@@ -78,13 +78,16 @@ def _routes() -> list[tuple[str, str, frozenset[str]]]:
             if isinstance(route, APIRoute) and (rc.path or "").startswith("/v1"):
                 for method in sorted(rc.methods or ()):
                     out.append((method, rc.path, frozenset(_route_roles(route.dependant))))
+                    if any(getattr(d.call, "fireledger_any_roles", False) for d in route.dependant.dependencies):
+                        ANY_OF.add((method, rc.path))
         return out
     finally:
         api.close()
 
 
+#: Routes that accept any one of their roles (``require_any``: queue pull/ack, consumer or admin).
+ANY_OF: set[tuple[str, str]] = set()
 ROUTES = [r for r in _routes() if r[:2] not in OWN_CREATES]
-ANY_OF = {("POST", "/v1/queues/{target_id}/pull"), ("POST", "/v1/queues/{target_id}/ack")}
 
 
 def _body(method: str, path: str, names: dict[str, str]) -> Any:
