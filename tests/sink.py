@@ -19,7 +19,7 @@ Every POST (any path) is recorded on arrival, before it is answered, as a JSON o
     seq, arrived_at (the sink's time.time()), method, path, status (the status it answers, None
     for /hang), headers (fireledger-*, webhook-*, authorization, content-type, user-agent),
     fire_key_header, webhook_id, webhook_timestamp, signature_ok, signature_error,
-    fire_key, trigger_id, scheduled_instant, attempt, lane, kind, payload (from the JSON body),
+    fire_key, trigger_id, scheduled_instant, attempt, lane, kind, payload, dead_letter (from the JSON body),
     body_error (when the body is not a JSON object), body_size
 
 ``signature_ok`` says whether the Standard Webhooks signature verifies (replay window included,
@@ -70,7 +70,7 @@ except ImportError:  # pragma: no cover - running without the package on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from fireledger.dispatch.signing import SignatureError, verify
 
-BODY_FIELDS = ("fire_key", "trigger_id", "scheduled_instant", "attempt", "lane", "kind", "payload")
+BODY_FIELDS = ("fire_key", "trigger_id", "scheduled_instant", "attempt", "lane", "kind", "payload", "dead_letter")
 KEPT_HEADERS = ("authorization", "content-type", "user-agent")
 
 
@@ -197,6 +197,11 @@ class SinkServer:
             return [dict(r) for r in self._records]
 
     # ---- behaviour ----------------------------------------------------------------------------
+
+    def set_behaviour(self, path: str, behaviour: Behaviour) -> None:
+        """Answer ``path`` with ``behaviour`` from the next request on (e.g. a target that fails,
+        then recovers)."""
+        self._behaviours = {**self._behaviours, path: behaviour}
 
     def _behaviour(self, path: str, fire_key: str | None) -> Behaviour:
         if path in self._behaviours:

@@ -42,6 +42,7 @@ def test_create_returns_the_view_with_the_literal_next_instant(api: Api) -> None
         "missed_fire_policy": "fire-once-now", "catchup_horizon": "1h", "overlap_policy": "allow",
         "outcome_window": "1h", "jitter": "10s", "timeout": "30s",
         "retry": {"max_attempts": 8, "min_backoff": "1s", "max_backoff": "5m", "max_event_age": None},
+        "dead_letter_target_id": None,
         "next_instant": "2026-03-30T07:00:00Z", "pause_reason": None, "tzdata_version": TZDATA_VERSION,
         "created_at": "2026-03-27T12:00:00Z", "updated_at": "2026-03-27T12:00:00Z",
         "payload_digest": t["payload_digest"],   # keyed, opaque (decision 0186; tests/api/test_payload_digest.py)

@@ -16,12 +16,15 @@ the list, field by field):
   pattern dialect shared by JSON Schema, Rust and Python can say it).
 * ``POST /v1/triggers``, ``POST /v1/triggers/dry-run``, ``PATCH /v1/triggers/{trigger_id}``:
   ``schedule`` (a cron that parses, a zone that exists, an instant in the future, an interval in
-  range), ``target_id`` (a verified target of the tenant, invariant 12), ``payload`` (64 KiB
-  encoded), ``name`` (not blank, printable), the bounds of the four durations and of the retry
-  policy's three (``retry.min_backoff`` not above ``retry.max_backoff``: a rule across two fields).
+  range), ``target_id`` and ``dead_letter_target_id`` (a verified target of the tenant, invariant
+  12; an http or queue one for the latter), ``payload`` (64 KiB encoded), ``name`` (not blank,
+  printable), the bounds of the four durations and of the retry policy's three
+  (``retry.min_backoff`` not above ``retry.max_backoff``: a rule across two fields).
 * ``PATCH /v1/triggers/{trigger_id}/policy`` and its dry run: the bounds of ``catchup_horizon`` and
   ``outcome_window``.
 * ``POST /v1/queues/{target_id}/pull``: the bounds of ``visibility_timeout`` (1s to 12h).
+* ``PATCH /v1/tenant/quota``: ``fires_per_s`` and ``inflight`` above the operator's ceiling
+  (``FIRELEDGER_MAX_QUOTA_*``, read per request: the schema cannot know it).
 * ``GET /v1/fires``, ``GET /v1/triggers/{trigger_id}/fires``, ``GET /v1/triggers/{trigger_id}/lateness``,
   ``GET /v1/reports/smearing``, ``POST /v1/triggers/{trigger_id}/backfill``, ``GET /v1/dead-letters``,
   ``POST /v1/dead-letters/redrive``: ``to`` later than
@@ -57,7 +60,8 @@ _DURATION_BOUNDS = ("is shorter than the minimum", "is longer than the maximum",
 _NAME = ("name", ("must not be blank", "must not contain control characters"))
 _TRIGGER_BODY = (
     _NAME,
-    ("schedule", ("",)), ("schedule.", ("",)), ("target_id", ("",)), ("payload", ("",)),
+    ("schedule", ("",)), ("schedule.", ("",)), ("target_id", ("",)), ("dead_letter_target_id", ("",)),
+    ("payload", ("",)),
     ("catchup_horizon", _DURATION_BOUNDS), ("outcome_window", _DURATION_BOUNDS),
     ("jitter", _DURATION_BOUNDS), ("timeout", _DURATION_BOUNDS),
     ("retry.min_backoff", (*_DURATION_BOUNDS, "must not exceed max_backoff")),
@@ -80,6 +84,8 @@ INEXPRESSIBLE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "PATCH /v1/triggers/{trigger_id}/policy": _POLICY_BODY,
     "POST /v1/triggers/{trigger_id}/policy/dry-run": _POLICY_BODY,
     "POST /v1/queues/{target_id}/pull": (("visibility_timeout", _DURATION_BOUNDS),),
+    "PATCH /v1/tenant/quota": (("fires_per_s", ("is above the operator's ceiling",)),
+                               ("inflight", ("is above the operator's ceiling",))),
     "GET /v1/fires": _WINDOW,
     "GET /v1/triggers/{trigger_id}/fires": _WINDOW,
     "GET /v1/triggers/{trigger_id}/lateness": _WINDOW,

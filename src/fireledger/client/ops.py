@@ -36,6 +36,7 @@ from fireledger.control.outcomes import OutcomeReport, OutcomeView
 from fireledger.control.policy import PolicyPatch
 from fireledger.control.principals import PrincipalCreate, PrincipalCreated, PrincipalPage, PrincipalView
 from fireledger.control.queues import AckRequest, AckView, PullRequest, PullView, QueueView
+from fireledger.control.quota import QuotaPatch, QuotaView
 from fireledger.control.reports import SmearingView
 from fireledger.control.schemas import Preview, TargetCreate, TriggerCreate, TriggerPage, TriggerPatch, TriggerView
 from fireledger.control.targets import TargetCreatedOut, TargetOut, TargetPageOut, VerifyRequest
@@ -172,6 +173,8 @@ class Operations:
     list_targets = Op[TargetPageOut]("GET", "/v1/targets", TargetPageOut, query=_PAGE)
     get_target = Op[TargetOut]("GET", "/v1/targets/{target_id}", TargetOut)
     delete_target = Op[None]("DELETE", "/v1/targets/{target_id}", type(None))
+    get_quota = Op[QuotaView]("GET", "/v1/tenant/quota", QuotaView)
+    set_quota = Op[QuotaView]("PATCH", "/v1/tenant/quota", QuotaView, body=QuotaPatch)
     verify_target = Op[TargetOut]("POST", "/v1/targets/{target_id}/verify", TargetOut, body=VerifyRequest)
     # triggers
     dry_run_create = Op[DryRunCreate]("POST", "/v1/triggers/dry-run", DryRunCreate, body=TriggerCreate,

@@ -73,6 +73,7 @@ from . import (
     policy,
     principals,
     queues,
+    quota,
     reports,
     targets,
     triggers,
@@ -215,6 +216,7 @@ def _include_area_routers(app: FastAPI, settings: Settings | None) -> None:
     app.include_router(history.router)
     app.include_router(deadletters.router)   # GET /v1/dead-letters, POST …/redrive, /v1/fires/{key}/redrive
     app.include_router(policy.router)
+    app.include_router(quota.router)   # GET/PATCH /v1/tenant/quota (reader / policy)
     if settings is None:
         miss_threshold_us()   # a malformed FIRELEDGER_MISS_THRESHOLD_S stops the start, named
     app.include_router(principals.router)

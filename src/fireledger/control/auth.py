@@ -8,11 +8,12 @@ each endpoint then checks a role with ``Depends(require("author"))``.
 Roles (DESIGN.md invariant 13, separate grants; seed ADR-15):
 
 * ``reader``   — read triggers, targets, previews and fire history;
-* ``author``   — create, amend, pause, resume and delete triggers, and run one now (a manual
-  fire, audited);
+* ``author``   — create, amend, pause, resume and delete triggers, redrive dead letters;
+* ``runner``   — run a trigger now (a manual fire, audited; decision 0175: not an author's act);
 * ``policy``   — set post-outage / overlap policy fields (``missed_fire_policy``,
   ``catchup_horizon``, ``overlap_policy``, ``outcome_window``) on create or amend, or through
-  ``PATCH /v1/triggers/{id}/policy``;
+  ``PATCH /v1/triggers/{id}/policy``; change the tenant's dispatch quota (``PATCH /v1/tenant/quota``);
+* ``consumer`` — pull and ack the tenant's queues, nothing else (``admin`` may too);
 * ``backfill`` — request backfills (fires for a declared past window, bounded per operation);
 * ``admin``    — the tenant's principals and tokens, its targets and their verification, its audit.
 
@@ -100,6 +101,26 @@ def require(*roles: str) -> Callable[..., Principal]:
     return dependency
 
 
+def require_any(*roles: str) -> Callable[..., Principal]:
+    """A dependency returning the principal when it holds at least one of ``roles`` (else
+    :class:`Forbidden` naming the first, the narrowest grant that would do; audited). Marked with
+    ``fireledger_any_roles`` so the role matrix and the surfaces can tell it from :func:`require`."""
+    unknown = set(roles) - ALL_ROLES
+    if unknown or not roles:
+        raise ValueError(f"unknown roles {sorted(unknown)}")
+
+    def dependency(request: Request, principal: Principal = Depends(current_principal)) -> Principal:
+        if not principal.roles & set(roles):
+            raise Forbidden(roles[0])
+        check_query(request)
+        return principal
+
+    dependency.__name__ = f"require_any_{'_'.join(roles)}"
+    dependency.fireledger_roles = frozenset(roles)  # type: ignore[attr-defined]
+    dependency.fireledger_any_roles = True  # type: ignore[attr-defined]
+    return dependency
+
+
 _QUERY_NAMES: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
 
 
@@ -156,8 +177,9 @@ def check_role(principal: Principal, role: str, **context: Any) -> None:
 
 #: The four API surfaces (OpenAPI tags), in the order the documentation lists them.
 SURFACES: dict[str, str] = {
-    "management": "Definitions: triggers (role author) and reading triggers and targets (role reader).",
-    "policy": "Post-outage and overlap policy of a trigger (role policy).",
+    "management": "Definitions: triggers (role author), running one now (role runner), reading triggers, "
+                  "targets and the tenant's quota (role reader), pulling and acking queues (role consumer).",
+    "policy": "Post-outage and overlap policy of a trigger, and the tenant's dispatch quota (role policy).",
     "privileged": "Acts that grant or multiply work: principals and tokens, the audit, targets and their "
                   "ownership verification (role admin); backfill (role backfill).",
     "history": "Fire history: what was decided and delivered, with causes (role reader).",
@@ -175,6 +197,8 @@ def _route_roles(dependant: Any) -> set[str]:
 def surface_of(path: str, roles: set[str], tags: Any = ()) -> str:
     """The surface of a route from the roles it requires (and, for readers, its path or its
     router's own ``history`` tag)."""
+    if "consumer" in roles:
+        return "management"   # a queue's pull and ack: consumer (or admin), decision 0176
     if roles & {"admin", "backfill"}:
         return "privileged"
     if "policy" in roles:
@@ -232,6 +256,7 @@ __all__ = [
     "new_token",
     "parse_bearer",
     "require",
+    "require_any",
     "surface_of",
     "unauthorized",
     "validate_tenant_name",

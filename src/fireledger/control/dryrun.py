@@ -77,6 +77,7 @@ class DryRunDefinition(BaseModel):
     jitter: str
     timeout: str
     retry: RetryView | None = None
+    dead_letter_target_id: str | None = Field(None, description="The dead-letter target create would store.")
     payload_bytes: int = Field(description="Size of the encoded payload (the payload is never echoed).")
     payload_digest: str | None = Field(None, description="The payload's keyed digest, as GET /v1/triggers/{id} "
                                                          "shows the stored one's (decision 0186).")

@@ -28,7 +28,7 @@ from .views import id_cursor, instant, parse_id_cursor
 router = APIRouter(prefix="/v1/principals", tags=["privileged"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
 
-Role = Literal["admin", "author", "backfill", "policy", "reader"]
+Role = Literal["admin", "author", "backfill", "consumer", "policy", "reader", "runner"]
 
 
 class PrincipalCreate(BaseModel):

@@ -8,14 +8,14 @@ the fire key (``receives`` counts the hand-outs).
 
 =======================================  =========  ==================================================
 ``GET  /v1/queues/{id}``                 reader     depth: messages, visible now, oldest instant
-``POST /v1/queues/{id}/pull``            admin      ``{"max": 10, "visibility_timeout": "30s"}``
-``POST /v1/queues/{id}/ack``             admin      ``{"fire_keys": ["…", …]}``
+``POST /v1/queues/{id}/pull``            consumer   ``{"max": 10, "visibility_timeout": "30s"}``
+``POST /v1/queues/{id}/ack``             consumer   ``{"fire_keys": ["…", …]}``
 =======================================  =========  ==================================================
 
 A pulled message carries the same fields as an HTTP dispatch body (``fire_key``, ``trigger_id``,
 ``scheduled_instant``, ``attempt``, ``lane``, ``kind``, ``version``, ``payload``): consuming is
-delivery, so it needs the ``admin`` role until a narrower consumer grant exists. Another tenant's
-queue, or a target that is not a queue, is "no such queue" (404).
+delivery, so it needs the ``consumer`` role — a grant that allows nothing else — or ``admin``
+(decision 0176). Another tenant's queue, or a target that is not a queue, is "no such queue" (404).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Principal, Target
 from fireledger.recurrence import RecurrenceError, format_instant, parse_duration
 
-from .auth import require
+from .auth import require, require_any
 from .context import ApiContext, get_ctx
 from .formats import FIRE_KEY_PATTERN, duration_field
 from .problems import invalid, not_found
@@ -70,6 +70,9 @@ class MessageBody(BaseModel):
     kind: str
     version: int
     payload: Any = Field(description="The trigger's payload (null when it cannot be opened: see payload_error).")
+    dead_letter: dict[str, Any] | None = Field(
+        None, description="For kind dead-letter (decision 0178): the dead fire's history record (key, state, cause, "
+                          "attempts); null otherwise.")
 
 
 class MessageView(BaseModel):
@@ -117,11 +120,19 @@ def _message(ctx: ApiContext, m: QueueMessage) -> dict[str, Any]:
         payload = decode_payload(f.tenant_id, plain)
     except ValueError as exc:   # PayloadUnreadable (the tenant's key is gone), or not JSON
         error = str(exc) if type(exc).__name__ == "PayloadUnreadable" else "the payload could not be decoded"
+    dead = None
+    if f.kind == "dead-letter":   # a dead letter's delivery: its history rides along (decision 0178)
+        from fireledger.domain.keys import dead_fire_key
+        from fireledger.observe.records import fire_record
+
+        found = ctx.store.history.get_fire(dead_fire_key(m.key))
+        dead = None if found is None else fire_record(found)
     return {
         "fire_key": key, "receives": m.receives, "visible_until": instant(m.visible_until_us),
         "body": {"fire_key": key, "trigger_id": f.trigger_id,
                  "scheduled_instant": format_instant(from_us(f.scheduled_us)), "attempt": f.attempts,
-                 "lane": f.lane, "kind": f.kind, "version": f.version, "payload": payload},
+                 "lane": f.lane, "kind": f.kind, "version": f.version, "payload": payload,
+                 "dead_letter": dead},
         "payload_error": error,
     }
 
@@ -136,7 +147,7 @@ def queue_stats(target_id: str, principal: Principal = Depends(require("reader")
 
 @router.post("/{target_id}/pull", response_model=PullView,
              summary="Take up to `max` messages, hidden for `visibility_timeout` (ack them by fire key)")
-def pull(target_id: str, body: PullRequest, principal: Principal = Depends(require("admin")),
+def pull(target_id: str, body: PullRequest, principal: Principal = Depends(require_any("consumer", "admin")),
          ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     try:
         vis = parse_duration(body.visibility_timeout, "visibility_timeout", minimum=timedelta(seconds=1),
@@ -150,7 +161,7 @@ def pull(target_id: str, body: PullRequest, principal: Principal = Depends(requi
 
 
 @router.post("/{target_id}/ack", response_model=AckView, summary="Remove processed messages, by fire key")
-def ack(target_id: str, body: AckRequest, principal: Principal = Depends(require("admin")),
+def ack(target_id: str, body: AckRequest, principal: Principal = Depends(require_any("consumer", "admin")),
         ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     keys: list[FireKey] = []
     errors = []

@@ -28,6 +28,8 @@ OUTCOME_DOC = "Duration, 1s to 7d, whole seconds."
 JITTER_DOC = ("Smearing window for fires on whole minutes (ADR-10): dispatch up to this long after the instant, "
               "at a fixed per-trigger offset. \"0s\" opts out. At most 1h, whole seconds.")
 TIMEOUT_DOC = "Attempt timeout, 1s to 15m."
+DEAD_LETTER_DOC = ("A verified http or queue target of the tenant to which a fire that ends failed or unknown is "
+                   "delivered once, with its history (decision 0178). Role author.")
 
 
 class _Body(BaseModel):
@@ -127,10 +129,12 @@ class TriggerCreate(_Body):
     jitter: str = _duration("jitter", "10s", JITTER_DOC)
     timeout: str = _duration("timeout", "30s", TIMEOUT_DOC)
     retry: RetryPolicy | None = Field(None, description="Retry policy; absent: 8 attempts, 1s doubling to 5m.")
+    dead_letter_target_id: str | None = Field(None, max_length=100, description=DEAD_LETTER_DOC)
 
 
 class TriggerPatch(_Body):
-    """Any subset of the create fields; absent fields keep their value. ``null`` is refused."""
+    """Any subset of the create fields; absent fields keep their value. ``null`` is refused (except for
+    ``dead_letter_target_id``, where it removes the dead-letter target)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
@@ -146,6 +150,8 @@ class TriggerPatch(_Body):
     jitter: str = _duration("jitter", None, JITTER_DOC)
     timeout: str = _duration("timeout", None, TIMEOUT_DOC)
     retry: RetryPatch = Field(None, description="Any subset of the retry policy's fields.")  # type: ignore[assignment]
+    dead_letter_target_id: str | None = Field(None, max_length=100,
+                                              description=DEAD_LETTER_DOC + " null: remove it.")
 
 
 class TriggerView(BaseModel):
@@ -162,6 +168,7 @@ class TriggerView(BaseModel):
     jitter: str
     timeout: str
     retry: RetryView
+    dead_letter_target_id: str | None = Field(None, description=DEAD_LETTER_DOC)
     next_instant: str | None
     pause_reason: str | None = Field(
         default=None,

@@ -12,7 +12,7 @@ from fireledger.domain.keys import new_id
 from fireledger.domain.model import Principal, Tenant
 from fireledger.store import Store
 
-ALL_ROLES: frozenset[str] = frozenset({"author", "policy", "backfill", "reader", "admin"})
+ALL_ROLES: frozenset[str] = frozenset({"author", "policy", "backfill", "reader", "admin", "runner", "consumer"})
 TOKEN_PREFIX = "fl_"
 
 

@@ -175,8 +175,8 @@ def resume_trigger(trigger_id: str, principal: Principal = Depends(require("auth
 
 @router.post("/{trigger_id}/run", status_code=201,
              responses={404: {"model": Problem}, 409: {"model": Problem}},
-             summary="Run now: commit one manual fire (kind manual, its own key), dispatched at once")
-def run_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
+             summary="Run now (role runner): commit one manual fire (kind manual, its own key), dispatched at once")
+def run_trigger(trigger_id: str, principal: Principal = Depends(require("runner")),
                 ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     # The clock's earliest bound: dispatching at once can never precede the fire's own instant.
     fire = _registry(ctx).run(principal.tenant_id, principal.id, trigger_id, now=ctx.clock.now(),

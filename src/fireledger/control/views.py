@@ -46,6 +46,7 @@ def policy_fields(p: Policies) -> dict[str, Any]:
         "jitter": duration_s(p.jitter_s),
         "timeout": duration_s(p.timeout_s),
         "retry": retry_fields(p),
+        "dead_letter_target_id": p.dead_letter_target_id,
     }
 
 

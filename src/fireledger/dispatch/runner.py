@@ -137,14 +137,15 @@ class Dispatcher:
         """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until
         the trigger's next instant after it. A caught-up or backfilled fire's next instant has passed
         already, so it gets the same span — its period — counted from its first attempt (decision
-        0032): retries are bounded the same way whatever lane the fire drains in."""
+        0032): retries are bounded the same way whatever lane the fire drains in. Not a dead letter's
+        delivery record, whose retries follow only its own (default) retry policy."""
         f = job.fire
         try:
             rec = recurrence_for(f.trigger_id, f.version, job.schedule)
             nxt = next_us(rec, f.scheduled_us)
         except RecurrenceError:
             return None
-        if nxt is None:
+        if nxt is None or f.kind == "dead-letter":   # a dead letter's delivery: the schedule does not bound it (0178)
             return None
         if f.redriven_us is not None or f.lane != Lane.ON_TIME.value:   # redriven: from the redrive (0148)
             nxt = age_origin_us(f) + (nxt - f.scheduled_us)

@@ -29,7 +29,7 @@ from .http import HttpResult
 from .lanes import DispatchConfig
 from .retry import retry_plan
 
-__all__ = ["age_origin_us", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
+__all__ = ["age_origin_us", "dead_letter_body", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
 
 def decode_payload(tenant_id: str, payload: bytes) -> Any:
@@ -58,12 +58,32 @@ def dispatch_body(job: DispatchJob, key: str) -> bytes:
     """The JSON body of an HTTP dispatch (DESIGN.md §4): exactly the bytes of ``json.dumps`` of
     ``{fire_key, trigger_id, scheduled_instant, attempt, lane, kind, version, payload}`` in that
     order with separators ``(",", ":")``, assembled from the parts (the payload's encoding is
-    remembered by plaintext, decision 0139)."""
+    remembered by plaintext, decision 0139). A dead letter's delivery record: :func:`dead_letter_body`."""
+    if job.dead_letter is not None:
+        return dead_letter_body(job, key)
     f = job.fire
     return (f'{{"fire_key":{_dumps(key)},"trigger_id":{_dumps(f.trigger_id)},'
             f'"scheduled_instant":{_dumps(format_instant(from_us(f.scheduled_us)))},"attempt":{int(job.attempt)},'
             f'"lane":{_dumps(str(f.lane))},"kind":{_dumps(str(f.kind))},"version":{int(f.version)},'
             f'"payload":{_encoded_payload(f.tenant_id, job.payload)}}}').encode()
+
+
+def dead_letter_body(job: DispatchJob, key: str) -> bytes:
+    """The body delivering a dead letter (decision 0178): the fields of a dispatch body for the
+    delivery record itself (``fire_key`` is its own key, ``kind`` ``dead-letter``), then
+    ``dead_letter`` — the dead fire's history record (key, state, cause, attempts with their results;
+    :func:`fireledger.observe.records.fire_record`, never a payload) — then ``payload``: the trigger
+    version's payload, the tenant's own data going to the tenant's own verified target, so the
+    receiver can replay the work."""
+    from fireledger.observe.records import fire_record
+
+    f = job.fire
+    assert job.dead_letter is not None
+    return json.dumps({"fire_key": key, "trigger_id": f.trigger_id,
+                       "scheduled_instant": format_instant(from_us(f.scheduled_us)), "attempt": int(job.attempt),
+                       "lane": str(f.lane), "kind": str(f.kind), "version": int(f.version),
+                       "dead_letter": fire_record(job.dead_letter),
+                       "payload": decode_payload(f.tenant_id, job.payload)}, separators=(",", ":")).encode()
 
 
 def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,

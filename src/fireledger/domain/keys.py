@@ -64,3 +64,20 @@ class FireKey:
         dt = datetime.strptime(m.group(3), _INSTANT).replace(tzinfo=UTC)
         us = to_us(dt) + (int(m.group(4)) if m.group(4) else 0)
         return cls(m.group(1), m.group(2), us, int(m.group(5)))
+
+
+#: The sequence offset of a dead letter's delivery record (decision 0178): the fire ``…Z.<seq>`` that
+#: ended dead is delivered to its trigger's dead-letter target by the fire ``…Z.<seq + offset>``
+#: (same tenant, trigger and instant): one record per dead fire, by its primary key. Sequences in
+#: use are 0 (scheduled, caught up), 1 (manual) and 2 (backfill).
+DEAD_LETTER_SEQ = 500_000_000
+
+
+def dead_letter_key(key: FireKey) -> FireKey:
+    """The key of the record that delivers dead fire ``key`` to its dead-letter target."""
+    return FireKey(key.tenant_id, key.trigger_id, key.scheduled_us, key.seq + DEAD_LETTER_SEQ)
+
+
+def dead_fire_key(key: FireKey) -> FireKey:
+    """Inverse of :func:`dead_letter_key`: the dead fire a delivery record carries."""
+    return FireKey(key.tenant_id, key.trigger_id, key.scheduled_us, key.seq - DEAD_LETTER_SEQ)

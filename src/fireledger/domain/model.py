@@ -34,6 +34,7 @@ class FireKind(StrEnum):
     CATCH_UP = "catch-up"
     BACKFILL = "backfill"
     MANUAL = "manual"
+    DEAD_LETTER = "dead-letter"   # a dead letter's one delivery to its trigger's dead-letter target (0178)
 
 
 class Lane(StrEnum):
@@ -100,6 +101,9 @@ class Policies:
     min_backoff_s: float = 1.0
     max_backoff_s: float = 300.0
     max_event_age_s: int | None = None
+    #: Where a fire of this version that ends ``failed`` or ``unknown`` is delivered once, with its
+    #: history (decision 0178): a verified ``http`` or ``queue`` target of the tenant; None: nowhere.
+    dead_letter_target_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,3 +300,5 @@ class DispatchJob:
     #: Set by the trust gate (``fireledger.security.targets.admit``) for a plain-http target with a
     #: host name: the only addresses the attempt may connect to (those its ownership was verified at).
     pinned_addresses: frozenset[str] | None = None
+    #: For a ``dead-letter`` fire: the dead fire it delivers, with its attempts (read at the claim).
+    dead_letter: Fire | None = None

@@ -33,7 +33,8 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 #: of them is audited (``trigger.policy``) with the prior and new values.
 POLICY_FIELDS = frozenset({"missed_fire_policy", "catchup_horizon", "overlap_policy", "outcome_window"})
 #: Every field of a definition, as the API names them.
-DEFINITION_FIELDS = (frozenset({"name", "schedule", "target_id", "payload", "jitter", "timeout", "retry"})
+DEFINITION_FIELDS = (frozenset({"name", "schedule", "target_id", "payload", "jitter", "timeout", "retry",
+                                "dead_letter_target_id"})
                      | POLICY_FIELDS)
 _CRON_FIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month", "day-of-week", "year"})
 _SCHEDULE_STRINGS = ("cron", "every", "at", "zone", "anchor", "not_before", "not_after")
@@ -125,6 +126,8 @@ def policies(values: dict[str, Any], base: Policies, errors: Errors) -> Policies
                 changes[attr] = secs if attr == "timeout_s" else int(secs)
     if values.get("retry") is not None:   # a create without one: None (the defaults)
         changes.update(retry(values["retry"], base, errors))
+    if "dead_letter_target_id" in values:   # None: no dead-letter target (checked by the caller, 0178)
+        changes["dead_letter_target_id"] = values["dead_letter_target_id"]
     return replace(base, **changes)
 
 
@@ -190,6 +193,21 @@ def target_problem(store: Any, tenant_id: str, target_id: str, now_us: int, erro
         errors.append(("target_id", problem))
 
 
+def dead_letter_target_problem(store: Any, tenant_id: str, target_id: str | None, now_us: int,
+                               errors: Errors) -> None:
+    """Decision 0178: a dead-letter target is, like any target, a verified, unexpired target of this
+    tenant (invariant 12), of kind ``http`` or ``queue`` (an ``internal`` callable takes no history)."""
+    if target_id is None:
+        return
+    problem = target_write_problem(store, tenant_id, target_id, now_us)
+    if problem is None:
+        trust = store.trust.target_trust(target_id)
+        if trust is not None and trust.kind not in ("http", "queue"):
+            problem = "must be an http or queue target"
+    if problem:
+        errors.append(("dead_letter_target_id", problem))
+
+
 def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
     """The compiled recurrence of a stored version; a schedule that no longer compiles (a tzdata
     change, decision 0087) is a problem naming ``schedule``: the client must send a new one."""
@@ -201,5 +219,6 @@ def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
         return None
 
 
-__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "compile_schedule", "name",
+__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "compile_schedule",
+           "dead_letter_target_problem", "name",
            "next_instant", "payload", "policies", "retry", "schedule_error", "stored_recurrence", "target_problem"]

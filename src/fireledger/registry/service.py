@@ -62,7 +62,7 @@ from .errors import Conflict, Invalid, LimitReached, NotFound
 log = logging.getLogger("fireledger.registry")
 
 #: The fields that make a version's :class:`Policies`.
-_POLICY_INPUTS = checks.POLICY_FIELDS | {"jitter", "timeout", "retry"}
+_POLICY_INPUTS = checks.POLICY_FIELDS | {"jitter", "timeout", "retry", "dead_letter_target_id"}
 #: Triggers per transaction in :meth:`Registry.create_many`.
 BATCH = 10_000
 
@@ -166,6 +166,7 @@ class Registry:
         payload = checks.payload(body, errors)
         policies = checks.policies({k: v for k, v in values.items() if k in _POLICY_INPUTS},
                                    Policies(), errors)
+        checks.dead_letter_target_problem(self.store, tenant_id, policies.dead_letter_target_id, now_us, errors)
         nxt = checks.next_instant(rec, now_us, errors) if rec is not None else None
         if errors or rec is None:
             raise Invalid(errors)
@@ -281,6 +282,8 @@ class Registry:
         payload = checks.payload(values["payload"], errors) if "payload" in fields else old.payload
         policies = checks.policies({f: values[f] for f in fields if f in _POLICY_INPUTS},
                                    old.policies, errors)
+        if "dead_letter_target_id" in fields:
+            checks.dead_letter_target_problem(self.store, tenant_id, policies.dead_letter_target_id, now_us, errors)
         nxt: int | None = None
         if rec is not None:
             if "schedule" in fields:

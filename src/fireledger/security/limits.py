@@ -46,6 +46,18 @@ def max_principals_per_tenant() -> int:
     return _env_int("FIRELEDGER_MAX_PRINCIPALS_PER_TENANT", 1_000)
 
 
+def max_quota_fires_per_s() -> int:
+    """The highest ``fires_per_s`` a tenant may give itself through the API
+    (``FIRELEDGER_MAX_QUOTA_FIRES_PER_S``, default 1 000; the operator command is not bounded)."""
+    return _env_int("FIRELEDGER_MAX_QUOTA_FIRES_PER_S", 1_000)
+
+
+def max_quota_inflight() -> int:
+    """The highest ``inflight`` a tenant may give itself through the API
+    (``FIRELEDGER_MAX_QUOTA_INFLIGHT``, default 1 000; the operator command is not bounded)."""
+    return _env_int("FIRELEDGER_MAX_QUOTA_INFLIGHT", 1_000)
+
+
 def name_problem(text: str) -> str | None:
     """The problem with a display name (trigger, principal, tenant), or None."""
     if not text.strip():

@@ -41,9 +41,10 @@ from fireledger.domain.dispatch_records import (
     Shaper,
 )
 from fireledger.domain.instants import MAX_US, MIN_US, after_us, clamp_us
-from fireledger.domain.model import DispatchJob, Fire, FireState, Target, TriggerVersion
+from fireledger.domain.model import DispatchJob, Fire, FireKind, FireState, Policies, Target, TriggerVersion
 
 from . import claim_sql
+from . import deadletter as dl
 from . import rows as rec
 from .core import AppendAudit, expect_one
 from .dispatching import _ids
@@ -92,10 +93,13 @@ class SqlDispatch(DispatchRedrive):
                 if v is None:
                     row = c.execute(q["get_version"], {"trigger_id": f.trigger_id, "version": f.version}).fetchone()
                     v = versions[vk] = rec.version(row)
-                t = targets.get(v.target_id)
+                tid = _target_of(f, v) or v.target_id   # a delivery record: its dead-letter target (0178)
+                t = targets.get(tid)
                 if t is None:
-                    row = c.execute(q["targets_by_ids"], {"id": v.target_id}).fetchone()
-                    t = targets[v.target_id] = rec.target(row)
+                    row = c.execute(q["targets_by_ids"], {"id": tid}).fetchone()
+                    t = targets[tid] = rec.target(row)
+                if f.kind == FireKind.DEAD_LETTER:
+                    v = replace(v, policies=dl.delivery_policies(v.policies))
                 until = lease_until
                 own = now_us + int(v.policies.timeout_s * 1e6) + lease_margin_us
                 if lease_margin_us and own != lease_until:
@@ -104,7 +108,9 @@ class SqlDispatch(DispatchRedrive):
                                                "scheduled_us": f.scheduled_us, "seq": f.seq,
                                                "owner": owner, "until_us": own})
                     until = own
-                jobs.append(DispatchJob(f, f.attempts, t, v.payload, v.policies, owner, until, v.schedule))
+                jobs.append(DispatchJob(f, f.attempts, t, v.payload, v.policies, owner, until, v.schedule,
+                                        dead_letter=dl.load_dead_fire(c, q, f) if f.kind == FireKind.DEAD_LETTER
+                                        else None))
         return jobs
 
     def settle_attempts(self, items: Sequence[Settlement], now_us: int) -> list[bool]:
@@ -188,18 +194,19 @@ class SqlDispatch(DispatchRedrive):
         for row in c.execute(q["dp_versions"], {"ids": json.dumps(pairs)}).fetchall():
             v = rec.version(row)
             versions[(v.trigger_id, v.version)] = v
-        targets = {r[0]: rec.target(r) for r in c.execute(
-            q["dp_targets"], {"ids": _ids({v.target_id for v in versions.values()})}).fetchall()}
+        want = {tid for f, _ in admitted if (tid := _target_of(f, versions.get((f.trigger_id, f.version))))}
+        targets = {r[0]: rec.target(r) for r in c.execute(q["dp_targets"], {"ids": _ids(want)}).fetchall()}
         jobs: list[ClaimedJob] = []
         leases: list[dict[str, Any]] = []
         attempts: list[dict[str, Any]] = []
         lapsed: list[dict[str, Any]] = []
         for f, admission in admitted:
             found = versions.get((f.trigger_id, f.version))
-            t = targets.get(found.target_id) if found is not None else None
+            t = targets.get(_target_of(f, found) or "")
             if found is None or t is None:
                 continue   # cannot happen (foreign keys); never lease what cannot be described
-            v = found
+            delivery = f.kind == FireKind.DEAD_LETTER   # a dead letter's delivery record (decision 0178)
+            v = replace(found, policies=dl.delivery_policies(found.policies)) if delivery else found
             if f.state == "dispatching" and f.attempts > 0:
                 # A lapsed lease: its attempt recorded no result. The request may have reached the
                 # target, so that attempt is ``unknown`` (invariant 9).
@@ -207,7 +214,7 @@ class SqlDispatch(DispatchRedrive):
             if f.attempts - f.attempt_base >= v.policies.max_attempts:   # counted from a redrive (0148)
                 # The attempt limit holds at claim time too: a fire whose last attempt's lease lapsed
                 # (or that is somehow due with no attempt left) is settled, never leased again.
-                self._settle_exhausted(c, f, v.policies.max_attempts, now_us)
+                self._settle_exhausted(c, f, v.policies, now_us)
                 continue
             until = after_us(now_us, v.policies.timeout_s) + lease_margin_us
             p = {**rec.key_params(f), "owner": owner, "until_us": clamp_us(until), "now_us": now_us}
@@ -216,7 +223,8 @@ class SqlDispatch(DispatchRedrive):
             leased = replace(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
                              dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
             jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
-                                               v.schedule), admission))
+                                               v.schedule, dead_letter=dl.load_dead_fire(c, q, f) if delivery
+                                               else None), admission))
         cur = c.cursor()
         if lapsed:
             cur.executemany(q["dp_attempt_lapsed"], lapsed)
@@ -230,10 +238,11 @@ class SqlDispatch(DispatchRedrive):
         cur.executemany(q["dp_attempt"], attempts)
         return jobs
 
-    def _settle_exhausted(self, c: Any, f: Fire, max_attempts: int, now_us: int) -> None:
+    def _settle_exhausted(self, c: Any, f: Fire, policies: Policies, now_us: int) -> None:
         """Settle a due fire that has no attempt left instead of leasing it: ``unknown`` when its last
         attempt's lease lapsed (that request may have reached the target, invariant 9), else
-        ``failed``; the cause says which."""
+        ``failed``; the cause says which. Its dead-letter delivery is recorded with it (0178)."""
+        max_attempts = policies.max_attempts
         if f.state == "dispatching":
             state = "unknown"
             cause = (f"unknown: attempt {f.attempts} of {max_attempts} recorded no result before its lease "
@@ -241,8 +250,10 @@ class SqlDispatch(DispatchRedrive):
         else:
             state = "failed"
             cause = f"failed: no attempts left ({f.attempts - f.attempt_base} of {max_attempts} made)"
-        c.execute(self.q["dp_exhausted"], {**rec.key_params(f), "state": state, "cause": cause, "now_us": now_us,
-                                           "attempts": f.attempts})
+        n = c.execute(self.q["dp_exhausted"], {**rec.key_params(f), "state": state, "cause": cause,
+                                               "now_us": now_us, "attempts": f.attempts}).rowcount
+        if n == 1 and dl.wants_delivery(f, state, policies):
+            dl.record_delivery(c, self.q, f, now_us)
 
     def settle_dispatch(self, items: Sequence[Settlement], now_us: int) -> list[bool]:
         """Finish each attempt and settle its fire in one transaction (``Settlement`` items).
@@ -250,7 +261,12 @@ class SqlDispatch(DispatchRedrive):
         Compare-and-set on (state, lease owner, attempt number): False for an item whose lease was
         lost (another runner owns the fire now); its attempt row is still finished. A fire delivered
         to a ``queue`` target is put on that queue here, in the same transaction, once (the message's
-        key is the fire key).
+        key is the fire key). A fire that ends ``failed`` or ``unknown`` under a version naming a
+        ``dead_letter_target_id`` gets its dead-letter delivery record in the same transaction, once
+        (key: the fire's with sequence + 500 000 000; kind ``dead-letter``, ``pending``, ``catch-up``
+        lane; decision 0178) — also when the claim settles it for want of attempts. A claimed
+        delivery record's job goes to that target, under the default retry policy, with the dead
+        fire and its attempts in ``DispatchJob.dead_letter``.
 
         No item can hold back the others (invariant 15): a ``next_attempt_us`` outside the
         representable range is clamped into it (:mod:`fireledger.domain.instants`); when the batch
@@ -290,6 +306,8 @@ class SqlDispatch(DispatchRedrive):
         ok = bool(n == 1)
         if ok and it.state == "delivered" and it.job.target.kind == "queue":
             c.execute(q["dp_enqueue"], {**key, "target_id": it.job.target.id, "now_us": now_us})
+        if ok and dl.wants_delivery(f, it.state, it.job.policies):
+            dl.record_delivery(c, q, f, now_us)   # in the settling transaction (decision 0178)
         return ok
 
     def _settle_guarded(self, c: Any, it: Settlement, now_us: int) -> bool:
@@ -325,7 +343,8 @@ class SqlDispatch(DispatchRedrive):
         back, False returned and the caller settles item by item (each statement matches at most
         its own row, so a total equal to the number of items means each matched once). When a
         statement raises, the savepoint is rolled back and the error raised."""
-        if not items or any(it.state == "delivered" and it.job.target.kind == "queue" for it in items):
+        if not items or any((it.state == "delivered" and it.job.target.kind == "queue")
+                            or dl.wants_delivery(it.job.fire, it.state, it.job.policies) for it in items):
             return False
         q = self.q
         finishes, settles = [], []
@@ -351,6 +370,14 @@ class SqlDispatch(DispatchRedrive):
             raise
         cur.execute("RELEASE SAVEPOINT settle_bulk")
         return True
+
+
+def _target_of(f: Fire, v: TriggerVersion | None) -> str | None:
+    """Where fire ``f`` of version ``v`` goes: the version's target, or for a dead letter's delivery
+    record the version's dead-letter target (decision 0178)."""
+    if v is None:
+        return None
+    return v.policies.dead_letter_target_id if f.kind == FireKind.DEAD_LETTER else v.target_id
 
 
 __all__ = ["OutcomeRejected", "SqlDispatch"]

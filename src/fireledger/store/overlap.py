@@ -2,10 +2,10 @@
 
 * :meth:`SqlTiming.overlap_facts` — for a batch of triggers, in ONE statement: each trigger's
   previous fire (its most recent fire by key order, ``(scheduled_us, seq)``, that is not
-  ``skipped``, ``expired`` or ``held``) with its state, first dispatch and whether a work outcome
-  was reported, and the fire it holds (``held``, at most one). Walks the primary key backwards from
-  the newest fire (skipping the few skipped/expired records an overlap leaves behind) and the
-  ``fires_held`` partial index (migration 0006).
+  ``skipped``, ``expired`` or ``held``, nor a dead letter's delivery record) with its state, first
+  dispatch and whether a work outcome was reported, and the fire it holds (``held``, at most one).
+  Walks the primary key backwards from the newest fire (skipping the few skipped/expired records
+  an overlap leaves behind) and the ``fires_held`` partial index (migration 0006).
 * :meth:`SqlTiming.held_fires` — every held fire (the timing loop re-evaluates them each cycle)
   with its trigger's partition and current version.
 * :meth:`SqlTiming.release_held` — compare-and-set ``held`` → ``pending`` (released) in one
@@ -25,6 +25,8 @@ from fireledger.domain.model import FireState, FireUpdate
 from . import queries
 
 _NOT_PREVIOUS = "('skipped', 'expired', 'held')"
+#: A dead letter's delivery record (decision 0178) is not the trigger's work: never a previous fire.
+_NOT_DELIVERY = "kind <> 'dead-letter'"
 _COLS = "f.tenant_id, f.trigger_id, f.scheduled_us, f.seq, f.version, f.state, f.dispatched_us"
 _HAS_OUTCOME = "CASE WHEN o.outcome IS NULL THEN 0 ELSE 1 END"
 _OUTCOME_JOIN = ("LEFT JOIN work_outcomes o ON o.tenant_id = f.tenant_id AND o.trigger_id = f.trigger_id "
@@ -37,11 +39,11 @@ _SQLITE_FACTS = (
     "WITH t AS (SELECT json_extract(value, '$[0]') AS tenant_id, json_extract(value, '$[1]') AS trigger_id "
     "  FROM json_each(:ids)), "
     "p AS (SELECT t.tenant_id, t.trigger_id, (SELECT g.scheduled_us FROM fires g WHERE g.tenant_id = t.tenant_id "
-    f"  AND g.trigger_id = t.trigger_id AND g.state NOT IN {_NOT_PREVIOUS} "
+    f"  AND g.trigger_id = t.trigger_id AND g.state NOT IN {_NOT_PREVIOUS} AND g.{_NOT_DELIVERY} "
     "  ORDER BY g.scheduled_us DESC, g.seq DESC LIMIT 1) AS s_us FROM t) "
     f"SELECT 'p', {_COLS}, {_HAS_OUTCOME} FROM p JOIN fires f ON f.tenant_id = p.tenant_id "
     "AND f.trigger_id = p.trigger_id AND f.scheduled_us = p.s_us "
-    f"{_OUTCOME_JOIN} WHERE f.state NOT IN {_NOT_PREVIOUS} "
+    f"{_OUTCOME_JOIN} WHERE f.state NOT IN {_NOT_PREVIOUS} AND f.{_NOT_DELIVERY} "
     "UNION ALL "   # without statistics SQLite would walk the trigger's whole history by primary key
     f"SELECT 'h', {_COLS}, 0 FROM t JOIN fires f INDEXED BY fires_held ON f.tenant_id = t.tenant_id "
     "AND f.trigger_id = t.trigger_id WHERE f.state = 'held'"
@@ -51,6 +53,7 @@ _PG_FACTS = (
     f"SELECT 'p', {_COLS}, {_HAS_OUTCOME} FROM t CROSS JOIN LATERAL ("
     "  SELECT g.tenant_id, g.trigger_id, g.scheduled_us, g.seq, g.version, g.state, g.dispatched_us FROM fires g "
     f"  WHERE g.tenant_id = t.tenant_id AND g.trigger_id = t.trigger_id AND g.state NOT IN {_NOT_PREVIOUS} "
+    f"  AND g.{_NOT_DELIVERY} "
     "  ORDER BY g.scheduled_us DESC, g.seq DESC LIMIT 1) f "
     f"{_OUTCOME_JOIN} "
     "UNION ALL "

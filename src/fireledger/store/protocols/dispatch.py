@@ -129,7 +129,12 @@ class DispatchStore(Protocol):
         Compare-and-set on (state, lease owner, attempt number): False for an item whose lease was
         lost (another runner owns the fire now); its attempt row is still finished. A fire delivered
         to a ``queue`` target is put on that queue here, in the same transaction, once (the message's
-        key is the fire key).
+        key is the fire key). A fire that ends ``failed`` or ``unknown`` under a version naming a
+        ``dead_letter_target_id`` gets its dead-letter delivery record in the same transaction, once
+        (key: the fire's with sequence + 500 000 000; kind ``dead-letter``, ``pending``, ``catch-up``
+        lane; decision 0178) — also when the claim settles it for want of attempts. A claimed
+        delivery record's job goes to that target, under the default retry policy, with the dead
+        fire and its attempts in ``DispatchJob.dead_letter``.
 
         No item can hold back the others (invariant 15): a ``next_attempt_us`` outside the
         representable range is clamped into it (:mod:`fireledger.domain.instants`); when the batch

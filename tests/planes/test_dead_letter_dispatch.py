@@ -1,0 +1,54 @@
+"""The dispatch plane and a dead letter's delivery record (decision 0178): the trigger's next instant
+bounds the retries of its fires, not those of a delivery record (it is not the trigger's work: a
+trigger firing every second would otherwise leave its dead letters one attempt each); and the body
+of a delivery carries the dead fire's history record and the payload, in the documented order."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from fireledger.clock import FakeClock
+from fireledger.dispatch.lanes import DispatchConfig
+from fireledger.dispatch.runner import Dispatcher
+from fireledger.dispatch.settling import _Shaper, dispatch_body
+from fireledger.dispatch.shaping import Capacity
+from fireledger.domain.dispatch_records import ClaimedJob, Settlement
+from fireledger.domain.keys import FireKey, dead_letter_key
+from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Policies
+from fireledger.store import Store
+from storekit import T0, add_target, add_tenant, add_trigger
+
+S = 1_000_000
+WIDE = Capacity(100, {"on-time": 100, "catch-up": 100, "backfill": 100}, 100)
+
+
+def _claim(store: Store, now_us: int) -> list[ClaimedJob]:
+    return list(store.dispatch.claim_shaped(now_us, "node-a", {"on-time": 100, "catch-up": 100},
+                                            _Shaper(DispatchConfig(), WIDE), 5 * S).jobs)
+
+
+def test_a_delivery_record_is_not_bounded_by_the_schedule_and_carries_the_history(store: Store) -> None:
+    t = add_tenant(store)
+    dlq = add_target(store, t, "http://127.0.0.1:9/dlq")
+    trig = add_trigger(store, t, add_target(store, t), {"every": "1s"},
+                       policies=Policies(max_attempts=1, dead_letter_target_id=dlq.id))[0]
+    store.timing.insert_fires([NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
+                                       FireState.PENDING, T0, "2026a", "node-a")])
+    dispatcher = Dispatcher(store, FakeClock(true_us=T0), "node-a")
+    [c] = _claim(store, T0)
+    assert dispatcher._until_next(c.job, T0) == 1.0            # the trigger's fire: until its next instant
+    assert store.dispatch.settle_dispatch([Settlement(c.job, "failed", 500, None, FireState.FAILED,
+                                                      "failed: HTTP 500", None)], T0 + S) == [True]
+    [d] = _claim(store, T0 + S)
+    assert d.job.target.id == dlq.id
+    assert dispatcher._until_next(d.job, T0 + S) is None        # its delivery: only its own retry policy
+    key = str(dead_letter_key(FireKey(t.id, trig.id, T0, 0)))
+    body = json.loads(dispatch_body(replace(d.job, payload=b'{"invoice":42}'), key))
+    assert list(body) == ["fire_key", "trigger_id", "scheduled_instant", "attempt", "lane", "kind", "version",
+                          "dead_letter", "payload"]
+    assert (body["fire_key"], body["kind"], body["lane"], body["attempt"]) == (key, "dead-letter", "catch-up", 1)
+    assert body["payload"] == {"invoice": 42}
+    dead = body["dead_letter"]
+    assert dead["key"] == str(FireKey(t.id, trig.id, T0, 0)) and dead["state"] == "failed"
+    assert [(a["attempt"], a["http_status"]) for a in dead["attempts"]] == [(1, 500)] and "payload" not in dead
