@@ -9,7 +9,7 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.keys` — ``init``, ``keys show|stage|rotate|prune``;
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
-* :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
+* :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.drain` — ``drain start|stop|status``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
 * :mod:`.common` — the one ``--db`` default, :func:`~.common.fail`, the store openers, :class:`~.common.Command`.
 
 The planes export functions; only this package holds command-line surfaces (enforced by the
@@ -33,6 +33,7 @@ from . import (
     backfill,
     backup,
     dispatch_ops,
+    drain,
     evidence,
     history,
     keys,
@@ -57,11 +58,12 @@ GROUPS: dict[str, str] = {
     "partitions": "The partition keyspace of the timing plane.",
     "report": "Reports computed from the ledger, off the fire path.",
     "keys": "The dispatch signing key ring (JWKS at /.well-known/jwks.json).",
+    "drain": "A declared drain: suppress the due-age page while a backlog drains on purpose (audited).",
 }
 
 #: Every module holding commands, in the order their commands are listed.
 MODULES = (preview, run, trust, operator, evidence, history, timing_ops, dispatch_ops, backfill, reports, keys,
-           backup)
+           backup, drain)
 
 
 def _root() -> None:
