@@ -9,7 +9,8 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.keys` — ``init``, ``keys show|stage|rotate|prune``;
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
-* :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.drain` — ``drain start|stop|status``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
+* :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
+* :mod:`.drain` — ``drain start|stop|status`` (decision 0166);
 * :mod:`.common` — the one ``--db`` default, :func:`~.common.fail`, the store openers, :class:`~.common.Command`.
 
 The planes export functions; only this package holds command-line surfaces (enforced by the

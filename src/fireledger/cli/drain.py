@@ -38,7 +38,10 @@ LANES = ("on-time", "catch-up", "backfill")
 def _drain_line(d: dict[str, Any] | None) -> str:
     if d is None:
         return "drain: none declared"
-    state = f"in force, {d['remaining_s']:.0f} s left" if d["in_force"] else f"ended {when(d['ended_us'] or d['expires_us'])}"
+    if d["in_force"]:
+        state = f"in force, {d['remaining_s']:.0f} s left"
+    else:
+        state = f"ended {when(d['ended_us'] or d['expires_us'])}"
     return (f"drain {d['id']}: {state} · declared {when(d['started_us'])} by {d['actor']} · until "
             f"{when(d['expires_us'])} · reason: {d['reason']}")
 
@@ -112,24 +115,25 @@ def drain_status_cmd(
     finally:
         store.close()
     page_age = page_due_age_s(now, undecided, since)
-    out = {
+    ages = {lane: age_s(now, since.get(lane)) for lane in LANES}
+    drain_view = None if latest is None else latest.as_json(now)
+    page: dict[str, Any] = {
+        "due_age_s": page_age, "threshold_s": page_threshold_s, "over_threshold": page_age > page_threshold_s,
+        "firing": page_firing(page_age, in_force, now, page_threshold_s),
+        "suppressed_by_drain": page_age > page_threshold_s and in_force is not None}
+    out: dict[str, Any] = {
         "now": when(now),
-        "drain": None if latest is None else latest.as_json(now),
-        "lane_due_age_s": {lane: age_s(now, since.get(lane)) for lane in LANES},
+        "drain": drain_view,
+        "lane_due_age_s": ages,
         "undecided_due_age_s": age_s(now, undecided),
-        "page": {"due_age_s": page_age, "threshold_s": page_threshold_s,
-                 "over_threshold": page_age > page_threshold_s,
-                 "firing": page_firing(page_age, in_force, now, page_threshold_s),
-                 "suppressed_by_drain": page_age > page_threshold_s and in_force is not None},
+        "page": page,
     }
     if as_json:
         typer.echo(json.dumps(out))
         return
-    page = out["page"]
     verdict = "FIRING" if page["firing"] else ("suppressed by the drain" if page["suppressed_by_drain"] else "quiet")
     typer.echo(f"page: {verdict} (due age {page_age:.1f} s, threshold {page_threshold_s:g} s) · as of {out['now']}")
-    typer.echo(_drain_line(out["drain"]))
-    ages = out["lane_due_age_s"]
+    typer.echo(_drain_line(drain_view))
     typer.echo("due age per lane: " + ", ".join(f"{lane} {ages[lane]:.1f} s" for lane in LANES)
                + f" · undecided {out['undecided_due_age_s']:.1f} s")
 

@@ -34,6 +34,7 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/audit``                    admin     the tenant's audit rows
 ``POST /v1/triggers/{id}/backfill``   backfill  fires for a past window (dry run; audited)
 ``GET  /v1/reports/smearing``         reader    avoided-peak report of jitter smearing
+``GET  /v1/reports/delivery``          reader    duplicate-delivery rate measured by the ledger
 ====================================  ========  =================================================
 
 A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,

@@ -48,8 +48,8 @@ from . import rows as rec
 from .core import AppendAudit, expect_one
 from .dispatching import _ids
 from .engine import Engine, StoreError
-from .queues import OutcomeRejected
 from .lanes import DispatchDrains
+from .queues import OutcomeRejected
 from .redrive import DispatchRedrive
 
 log = logging.getLogger("fireledger.store")
