@@ -9,6 +9,7 @@ import pytest
 
 from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.model import Advance, AttemptResult, Decision, FireKind, FireState, Lane, NewFire
+from fireledger.observe.lanes import DuplicateRate
 from storekit import add_target, add_tenant, add_trigger
 
 S = 1_000_000
@@ -142,3 +143,27 @@ def test_delivery_counts_prove_and_suspect_duplicates_from_the_attempts(store, o
     other = add_tenant(store, "other")
     empty = store.history.delivery_counts(other.id, f, f + M)
     assert empty.delivered_fires == 0 and empty.duplicates_per_million is None
+
+
+def test_the_duplicate_rate_metric_sums_tenants_over_the_trailing_hour_and_rereads_once_per_ttl(store, one):
+    tenant, trig, f = one
+    decide(store, trig, [nf(trig, f), nf(trig, f + 1)], due_us=f, new_us=f + M)
+    [j] = store.dispatch.claim_dispatch("on-time", f + S, 1, "r1", 1 * S)
+    jobs = store.dispatch.claim_dispatch("on-time", f + 5 * S, 10, "r2", 30 * S)
+    settle(store, jobs, AttemptResult.DELIVERED, at_us=f + 6 * S)
+    t = [0.0]
+    rate = DuplicateRate(ttl_s=60.0, monotonic=lambda: t[0])
+
+    def read(now_us):
+        fams = {m.name: m for m in rate.families(store, now_us)}
+        kinds = {s.labels["kind"]: s.value for s in fams["fireledger_duplicate_deliveries_per_million"].samples}
+        return kinds, fams["fireledger_delivered_fires_window"].samples[0].value
+
+    assert read(f + 10 * S) == ({"proven": 0.0, "possible": 500_000.0}, 2.0)
+    settle(store, [j], AttemptResult.DELIVERED, at_us=f + 7 * S)       # r1's late 2xx: a proven duplicate
+    t[0] = 59.9
+    assert read(f + 10 * S) == ({"proven": 0.0, "possible": 500_000.0}, 2.0)   # the reading is reused
+    t[0] = 60.0
+    assert read(f + 10 * S) == ({"proven": 500_000.0, "possible": 0.0}, 2.0)
+    t[0] = 120.0
+    assert read(f + 3600 * S + 2) == ({"proven": 0.0, "possible": 0.0}, 0.0)   # out of the trailing hour
