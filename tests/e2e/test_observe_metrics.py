@@ -95,6 +95,10 @@ def test_shipped_alert_rules_and_dashboard_use_exported_metrics(api: Api) -> Non
     rules = (ROOT / "deploy" / "prometheus" / "alerts.yml").read_text()
     assert re.search(rf"max by \(partition\) \({DUE_AGE}\) > 60", rules)
     assert "severity: page" in rules
+    # The page is suppressed while a drain is declared (decision 0166); shadow divergence alerts (0168).
+    assert re.search(rf"{DUE_AGE}\) > 60 unless on\(\) \(max\(fireledger_drain_declared\) == 1\)", rules)
+    assert re.search(r"alert: FireledgerShadowDivergence\b", rules)
+    assert re.search(r"expr: .*fireledger_shadow_divergence\{kind=~\"missing\|wrong_instant\"\}", rules)
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "fireledger.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert exprs and any(DUE_AGE in e for e in exprs)

@@ -88,3 +88,12 @@ def test_a_drain_reads_back_its_remaining_time() -> None:
     view = d.as_json(NOW + 600 * S)
     assert view["in_force"] is True and view["remaining_s"] == 3000.0
     assert d.as_json(NOW + 3600 * S)["remaining_s"] == 0.0
+
+
+def test_the_shipped_page_threshold_is_the_one_drain_status_evaluates() -> None:
+    import re
+    from pathlib import Path
+
+    rules = (Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml").read_text()
+    m = re.search(r"alert: FireledgerDueAgeHigh\n\s+expr: .*\) > (\d+) unless", rules)
+    assert m is not None and float(m.group(1)) == PAGE_THRESHOLD_S
