@@ -107,7 +107,8 @@ class StoreCollector:
 
     The store's answers are cached for ``ttl_s`` seconds of this process's monotonic time (default
     :data:`STORE_METRICS_TTL_S`): scrapes closer together than that (several Prometheus servers, a
-    scrape storm) cost the store its four queries once. ``ttl_s = 0`` reads the store every scrape.
+    scrape storm) cost the store one reading (the duplicate rate's window read: at most once a minute,
+    :mod:`fireledger.observe.lanes`). ``ttl_s = 0`` reads the store every scrape.
     """
 
     def __init__(self, store: Any, clock: Any, *, ttl_s: float = STORE_METRICS_TTL_S,
