@@ -23,8 +23,8 @@ the list, field by field):
   ``outcome_window``.
 * ``POST /v1/queues/{target_id}/pull``: the bounds of ``visibility_timeout`` (1s to 12h).
 * ``GET /v1/fires``, ``GET /v1/triggers/{trigger_id}/fires``, ``GET /v1/triggers/{trigger_id}/lateness``,
-  ``GET /v1/reports/smearing``, ``GET /v1/reports/delivery``, ``POST /v1/triggers/{trigger_id}/backfill``, ``GET /v1/dead-letters``,
-  ``POST /v1/dead-letters/redrive``: ``to`` later than
+  ``GET /v1/reports/smearing``, ``GET /v1/reports/delivery``, ``POST /v1/triggers/{trigger_id}/backfill``,
+  ``GET /v1/dead-letters``, ``POST /v1/dead-letters/redrive``: ``to`` later than
   ``from`` (a rule across two parameters); an instant whose UTC value leaves years 0001–9999 (year
   0001 or 9999 with an offset crossing the edge); the smearing and delivery windows (from 1970, at most 7 days) and
   the backfill window (in the past, at most ``FIRELEDGER_BACKFILL_MAX`` instants).
