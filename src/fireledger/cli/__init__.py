@@ -5,7 +5,7 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.preview` — ``preview``; :mod:`.run` — ``serve``, ``control``, ``timing``, ``dispatch``;
 * :mod:`.operator` — ``tenant create``, ``db upgrade`` and the store openers;
 * :mod:`.evidence` — ``triggers``, ``fires``, ``why``, ``status``; :mod:`.history` — ``history export|purge``;
-* :mod:`.backfill` — ``backfill``; :mod:`.reports` — ``report smearing``;
+* :mod:`.backfill` — ``backfill``; :mod:`.reports` — ``report smearing|delivery``;
 * :mod:`.keys` — ``init``, ``keys show|stage|rotate|prune``;
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
