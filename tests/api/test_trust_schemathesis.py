@@ -26,10 +26,10 @@ the list, field by field):
 * ``PATCH /v1/tenant/quota``: ``fires_per_s`` and ``inflight`` above the operator's ceiling
   (``FIRELEDGER_MAX_QUOTA_*``, read per request: the schema cannot know it).
 * ``GET /v1/fires``, ``GET /v1/triggers/{trigger_id}/fires``, ``GET /v1/triggers/{trigger_id}/lateness``,
-  ``GET /v1/reports/smearing``, ``POST /v1/triggers/{trigger_id}/backfill``, ``GET /v1/dead-letters``,
-  ``POST /v1/dead-letters/redrive``: ``to`` later than
+  ``GET /v1/reports/smearing``, ``GET /v1/reports/delivery``, ``POST /v1/triggers/{trigger_id}/backfill``,
+  ``GET /v1/dead-letters``, ``POST /v1/dead-letters/redrive``: ``to`` later than
   ``from`` (a rule across two parameters); an instant whose UTC value leaves years 0001–9999 (year
-  0001 or 9999 with an offset crossing the edge); the smearing window (from 1970, at most 7 days) and
+  0001 or 9999 with an offset crossing the edge); the smearing and delivery windows (from 1970, at most 7 days) and
   the backfill window (in the past, at most ``FIRELEDGER_BACKFILL_MAX`` instants).
 
 Half of the generated object ids are replaced by real ones of the tenant so operations also run on
@@ -90,6 +90,8 @@ INEXPRESSIBLE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "GET /v1/triggers/{trigger_id}/fires": _WINDOW,
     "GET /v1/triggers/{trigger_id}/lateness": _WINDOW,
     "GET /v1/reports/smearing": (*_WINDOW, ("from", ("must not be before", "the window may span")),
+                                 ("to", ("must be after",))),
+    "GET /v1/reports/delivery": (*_WINDOW, ("from", ("must not be before", "the window may span")),
                                  ("to", ("must be after",))),
     "POST /v1/triggers/{trigger_id}/backfill": (*_WINDOW, ("from", ("",)), ("to", ("",))),
     "GET /v1/dead-letters": _WINDOW,

@@ -97,6 +97,10 @@ def test_shipped_alert_rules_and_dashboard_use_exported_metrics(api: Api) -> Non
     assert "severity: page" in rules
     # Issue 17 item 3: verifications expiring unrenewed raise a ticket per tenant (decision 0172).
     assert re.search(r"max by \(tenant\) \(fireledger_targets_verification_expiring\) > 0", rules)
+    # The page is suppressed while a drain is declared (decision 0166); shadow divergence alerts (0168).
+    assert re.search(rf"{DUE_AGE}\) > 60 unless on\(\) \(max\(fireledger_drain_declared\) == 1\)", rules)
+    assert re.search(r"alert: FireledgerShadowDivergence\b", rules)
+    assert re.search(r"expr: .*fireledger_shadow_divergence\{kind=~\"missing\|wrong_instant\"\}", rules)
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "fireledger.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert exprs and any(DUE_AGE in e for e in exprs)

@@ -5,12 +5,13 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.preview` — ``preview``; :mod:`.run` — ``serve``, ``control``, ``timing``, ``dispatch``;
 * :mod:`.operator` — ``tenant create``, ``db upgrade`` and the store openers;
 * :mod:`.evidence` — ``triggers``, ``fires``, ``why``, ``status``; :mod:`.history` — ``history export|purge``;
-* :mod:`.backfill` — ``backfill``; :mod:`.reports` — ``report smearing``;
+* :mod:`.backfill` — ``backfill``; :mod:`.reports` — ``report smearing|delivery``;
 * :mod:`.keys` — ``init``, ``keys show|stage|rotate|prune``;
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
 * :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
 * :mod:`.apply` — ``apply -f FILE`` (triggers as code, through :mod:`fireledger.client`; decision 0185);
+* :mod:`.drain` — ``drain start|stop|status`` (decision 0166);
 * :mod:`.common` — the one ``--db`` default, :func:`~.common.fail`, the store openers, :class:`~.common.Command`.
 
 The planes export functions; only this package holds command-line surfaces (enforced by the
@@ -35,6 +36,7 @@ from . import (
     backfill,
     backup,
     dispatch_ops,
+    drain,
     evidence,
     history,
     keys,
@@ -59,11 +61,12 @@ GROUPS: dict[str, str] = {
     "partitions": "The partition keyspace of the timing plane.",
     "report": "Reports computed from the ledger, off the fire path.",
     "keys": "The dispatch signing key ring (JWKS at /.well-known/jwks.json).",
+    "drain": "A declared drain: suppress the due-age page while a backlog drains on purpose (audited).",
 }
 
 #: Every module holding commands, in the order their commands are listed.
 MODULES = (preview, run, trust, operator, evidence, history, timing_ops, dispatch_ops, backfill, reports, keys,
-           backup, apply)
+           backup, apply, drain)
 
 
 def _root() -> None:

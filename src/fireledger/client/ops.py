@@ -37,7 +37,7 @@ from fireledger.control.policy import PolicyPatch
 from fireledger.control.principals import PrincipalCreate, PrincipalCreated, PrincipalPage, PrincipalView
 from fireledger.control.queues import AckRequest, AckView, PullRequest, PullView, QueueView
 from fireledger.control.quota import QuotaPatch, QuotaView
-from fireledger.control.reports import SmearingView
+from fireledger.control.reports import DeliveryView, SmearingView
 from fireledger.control.schemas import Preview, TargetCreate, TriggerCreate, TriggerPage, TriggerPatch, TriggerView
 from fireledger.control.targets import TargetCreatedOut, TargetOut, TargetPageOut, VerifyRequest
 
@@ -203,6 +203,7 @@ class Operations:
     report_outcome = Op[OutcomeView]("POST", "/v1/fires/{key}/outcome", OutcomeView, body=OutcomeReport)
     get_outcome = Op[OutcomeView]("GET", "/v1/fires/{key}/outcome", OutcomeView)
     smearing = Op[SmearingView]("GET", "/v1/reports/smearing", SmearingView, query=_WINDOW)
+    delivery = Op[DeliveryView]("GET", "/v1/reports/delivery", DeliveryView, query=_WINDOW)
     # dead letters
     list_dead_letters = Op[DeadLetterPage]("GET", "/v1/dead-letters", DeadLetterPage,
                                            query=("trigger_id", *_WINDOW, "cause", *_PAGE))

@@ -36,6 +36,7 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``POST /v1/triggers/{id}/backfill``   backfill  fires for a past window (dry run; audited)
 ``GET  /v1/reports/smearing``         reader    avoided-peak report of jitter smearing
 ``GET  /v1/schemas/triggers.json``    —         JSON Schema of an ``apply`` file (public; 0185)
+``GET  /v1/reports/delivery``          reader    duplicate-delivery rate measured by the ledger
 ====================================  ========  =================================================
 
 A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,

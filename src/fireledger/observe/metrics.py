@@ -10,10 +10,12 @@ Two sources, one exposition:
 
   - ``fireledger_oldest_undispatched_due_age_seconds{partition}`` — the paging signal (seed ADR-13):
     per partition, how long the oldest instant that should have been decided or dispatched by now
-    has been waiting (a due-index row not yet decided, or a fire not yet attempted). A partition
+    has been waiting (a due-index row not yet decided, or an on-time fire not yet attempted: the
+    catch-up and backfill lanes never page, decision 0165). A partition
     with nothing waiting has no series; ``…_max_seconds`` is the maximum over partitions (0 when
     nothing waits), for dashboards. A stalled timing plane shows here while every process is healthy.
-  - ``fireledger_lane_depth{lane,state}`` — live fires per lane.
+  - ``fireledger_lane_depth{lane,state}`` — live fires per lane; the due age per lane, the page's
+    due age, the declared drain and the duplicate-delivery rate (:mod:`fireledger.observe.lanes`).
   - ``fireledger_leases_held{owner}`` and ``fireledger_partitions_unleased`` — from the ``leases``
     table (read only); ``fireledger_node_eps_seconds{node,role,source}`` and
     ``fireledger_node_heartbeat_age_seconds{node,role}``, ``fireledger_node_shedding{node,role}`` —
@@ -48,6 +50,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fireledger.store.role import ROLES, FailoverWatch, read_role
+
+from .lanes import DUPLICATE_TTL_S, DuplicateRate, lane_families
 
 log = logging.getLogger("fireledger.observe")
 
@@ -108,7 +112,8 @@ class StoreCollector:
 
     The store's answers are cached for ``ttl_s`` seconds of this process's monotonic time (default
     :data:`STORE_METRICS_TTL_S`): scrapes closer together than that (several Prometheus servers, a
-    scrape storm) cost the store its four queries once. ``ttl_s = 0`` reads the store every scrape.
+    scrape storm) cost the store one reading (the duplicate rate's window read: at most once a minute,
+    :mod:`fireledger.observe.lanes`). ``ttl_s = 0`` reads the store every scrape.
     """
 
     def __init__(self, store: Any, clock: Any, *, ttl_s: float = STORE_METRICS_TTL_S,
@@ -122,6 +127,7 @@ class StoreCollector:
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Metric]] | None = None
         self.failovers = FailoverWatch()
+        self.duplicates = DuplicateRate(ttl_s=DUPLICATE_TTL_S if ttl_s > 0 else 0.0, monotonic=monotonic)
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
@@ -170,6 +176,7 @@ class StoreCollector:
             leases = self.store.history.lease_rows()
             nodes = self.store.history.node_rows()
             expiring = self.store.trust.verification_expiring(now_us, now_us + EXPIRING_WITHIN_US)
+            lanes = [*lane_families(self.store, now_us), *self.duplicates.families(self.store, now_us)]
         except Exception as exc:   # the scrape must answer even when the store does not
             log.warning("metrics: the store could not be read: %s", type(exc).__name__)
             up.add_metric([], 0.0)
@@ -198,6 +205,7 @@ class StoreCollector:
             if lane not in ("on-time", "catch-up", "backfill"):
                 depth.add_metric([lane, state], float(n))
         yield depth
+        yield from lanes
 
         held: dict[str, int] = {}
         unleased = 0

@@ -49,13 +49,14 @@ from . import rows as rec
 from .core import AppendAudit, expect_one
 from .dispatching import _ids
 from .engine import Engine, StoreError
+from .lanes import DispatchDrains
 from .queues import OutcomeRejected
 from .redrive import DispatchRedrive
 
 log = logging.getLogger("fireledger.store")
 
 
-class SqlDispatch(DispatchRedrive):
+class SqlDispatch(DispatchRedrive, DispatchDrains):
     """The dispatch plane's store (module docstring): claims and settlement here, queues, outcomes
     and quotas in :class:`~fireledger.store.queues.DispatchQueues`, dead letters and redrive in
     :class:`~fireledger.store.redrive.DispatchRedrive`."""

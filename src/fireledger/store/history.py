@@ -13,8 +13,8 @@ Contracts:
 * The paging signal (:meth:`SqlHistory.due_waiting_by_partition`) counts, per partition, due-index
   rows whose instant has passed (not yet decided: the timing plane) and fires never attempted whose
   dispatch time has passed (decided, not dispatched: the dispatch plane). Retries of a fire already
-  attempted are the target's problem, not a stall, and the backfill lane drains slowly by design:
-  neither counts.
+  attempted are the target's problem, not a stall, and the recovery lanes (catch-up, backfill) drain
+  at their capped rates by design: neither counts (decisions 0051, 0165).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fireledger.domain.timing_records import LeaseRow, NodeRow
 
 from . import queries
 from . import rows as rec
-from .core import Area
+from .lanes import HistoryLanes
 from .reports import SmearRow
 
 _STATE_SLOTS = ", ".join(f":s{i}" for i in range(len(ALL_STATES)))
@@ -100,7 +100,7 @@ HISTORY_QUERIES: dict[str, str] = {
     "hist_undispatched_by_partition": (
         "SELECT t.partition, MIN(f.next_attempt_us) FROM fires f JOIN triggers t ON t.id = f.trigger_id "
         "WHERE f.state IN ('pending', 'dispatching') AND f.dispatched_us IS NULL "
-        "AND f.lane <> 'backfill' AND f.next_attempt_us <= :now_us GROUP BY t.partition"
+        "AND f.lane = 'on-time' AND f.next_attempt_us <= :now_us GROUP BY t.partition"
     ),
     "hist_lane_depths": (
         "SELECT lane, state, COUNT(*) FROM fires WHERE state IN ('pending', 'dispatching', 'held') "
@@ -167,7 +167,7 @@ def _states(states: Iterable[str] | None) -> dict[str, str]:
     return {f"s{i}": s for i, s in enumerate(padded)}
 
 
-class SqlHistory(Area):
+class SqlHistory(HistoryLanes):
     """History, evidence, report, console page and retention queries (see the module docstring)."""
 
     def list_fires(self, tenant_id: str, trigger_id: str, after: tuple[int, int] | None = None,
@@ -316,8 +316,8 @@ class SqlHistory(Area):
 
     def due_waiting_by_partition(self, now_us: int) -> dict[int, int]:
         """Per partition, the oldest instant still waiting at ``now_us`` (µs): a due-index row not yet
-        decided, or a fire not yet attempted whose dispatch time has passed. Partitions with nothing
-        waiting are absent."""
+        decided, or an on-time fire not yet attempted whose dispatch time has passed (the recovery
+        lanes never page: decision 0165). Partitions with nothing waiting are absent."""
         out: dict[int, int] = {}
         with self.engine.read() as c:
             for name in ("hist_due_by_partition", "hist_undispatched_by_partition"):

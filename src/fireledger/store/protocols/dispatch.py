@@ -15,6 +15,7 @@ from typing import Protocol
 
 from fireledger.domain.dispatch_records import ClaimResult, QueueMessage, Settlement, Shaper
 from fireledger.domain.keys import FireKey
+from fireledger.domain.lane_records import Drain
 from fireledger.domain.model import DispatchJob, Fire, Target
 from fireledger.domain.trust_records import AuditNote
 
@@ -55,6 +56,28 @@ class DispatchStore(Protocol):
         (scheduled instant, trigger id, sequence), strictly after ``after`` (that triple), at most
         ``limit``; only ``trigger_id``'s when given, scheduled in ``[from_us, to_us)``, and whose
         cause contains ``cause`` (case-sensitive, literally). Read only; attempts not attached."""
+        ...
+
+    def drain_in_force(self, now_us: int) -> Drain | None:
+        """The drain in force at ``now_us`` (declared, not stopped, not expired), or None
+        (decision 0166)."""
+        ...
+
+    def drain_latest(self) -> Drain | None:
+        """The most recently declared drain, whether or not it is still in force (None: never)."""
+        ...
+
+    def drain_start(self, until_us: int, reason: str, actor: str, now_us: int) -> Drain:
+        """Declare a drain in force from ``now_us`` until ``until_us`` (> ``now_us``): it
+        suppresses the page on the due age (decision 0166). A drain already in force ends at
+        ``now_us`` (superseded: re-declaring extends or shortens it). Audited (action
+        ``drain.start``, no tenant; prior: the superseded drain or null) in the same transaction.
+        ``ValueError`` for an empty reason or an expiry not after now."""
+        ...
+
+    def drain_stop(self, actor: str, now_us: int) -> Drain | None:
+        """End the drain in force at ``now_us`` (audited: action ``drain.stop``, in the same
+        transaction) and return it as ended; None, with nothing written, when none is in force."""
         ...
 
     def get_outcome(self, key: FireKey) -> tuple[str, int] | None:

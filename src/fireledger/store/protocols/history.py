@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from fireledger.domain.history_records import ExpiringFire, TenantCursor
 from fireledger.domain.keys import FireKey
+from fireledger.domain.lane_records import DeliveryCounts
 from fireledger.domain.model import Fire, Trigger, TriggerVersion
 from fireledger.domain.timing_records import LeaseRow, NodeRow
 from fireledger.store.reports import SmearRow
@@ -41,10 +42,19 @@ class HistoryStore(Protocol):
         """How many fire records the ledger holds (every tenant)."""
         ...
 
+    def delivery_counts(self, tenant_id: str, lo_us: int, hi_us: int) -> DeliveryCounts:
+        """The tenant's fires with ``lo_us <= scheduled_us < hi_us`` (decision 0167): how many were
+        delivered; how many ``delivered`` attempts followed an earlier ``delivered`` attempt of the
+        same fire (proven duplicates: the receiver acknowledged the key twice); how many attempts of
+        a delivered fire, other than its last, ended without the ledger learning the receiver's
+        answer (result ``unknown`` or none: possible duplicates). One read transaction; cost
+        bounded by the window (index ``fires_by_tenant_instant``, attempts by key)."""
+        ...
+
     def due_waiting_by_partition(self, now_us: int) -> dict[int, int]:
         """Per partition, the oldest instant still waiting at ``now_us`` (µs): a due-index row not yet
-        decided, or a fire not yet attempted whose dispatch time has passed. Partitions with nothing
-        waiting are absent."""
+        decided, or an on-time fire not yet attempted whose dispatch time has passed (catch-up and
+        backfill fires never count: decision 0165). Partitions with nothing waiting are absent."""
         ...
 
     def expiring_batch(self, tenant_id: str, before_us: int, after: TenantCursor | None = None,
@@ -73,6 +83,13 @@ class HistoryStore(Protocol):
         """Live fires (pending / dispatching / held by overlap policy queue) per (lane, state)."""
         ...
 
+    def lane_due_since(self, lanes: tuple[str, ...]) -> dict[str, int]:
+        """Per lane of ``lanes``, the dispatch time (µs; the decision or the jittered not-before) of
+        its oldest fire never attempted (pending, no attempt yet: retries do not count); lanes with
+        none are absent. One index-ordered ``LIMIT 1`` per lane (index ``fires_never_attempted``):
+        the cost does not grow with the backlog (decision 0165)."""
+        ...
+
     def lateness_us(self, tenant_id: str, trigger_id: str, from_us: int, to_us: int,
                     cap: int = 200_000) -> list[int]:
         """Dispatched minus scheduled (µs) of the trigger's dispatched fires in the range, most recent
@@ -90,6 +107,11 @@ class HistoryStore(Protocol):
 
     def node_rows(self) -> list[NodeRow]:
         """Running nodes (not cleanly stopped) with their last heartbeat, ε and shedding flag, read only."""
+        ...
+
+    def undecided_since(self) -> int | None:
+        """The instant (µs) of the earliest due-index row (not yet decided by the timing plane), or
+        None for an empty index; it is due only when not after the caller's now. One index probe."""
         ...
 
     def oldest_undispatched_us(self, now_us: int) -> int | None:
