@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from fastapi.testclient import TestClient
-from test_hardening_clock_evidence import _console_sign_in, db_url
 
 from e2e import cli
 from fireledger.clock import FakeClock
@@ -24,6 +23,7 @@ from fireledger.control.auth import create_tenant
 from fireledger.domain.keys import FireKey, to_us
 from fireledger.timing import TimingLoop
 from storekit import add_target, add_trigger
+from test_hardening_clock_evidence import _console_sign_in, db_url
 
 MS = 1_000
 H = 3_600_000_000
