@@ -6,7 +6,8 @@ re-resolution (issue 18 item 8; :mod:`fireledger.registry.tzdata`, decisions 016
 Lists every active cron trigger with a due row whose stored next instant is not what the running
 rules (the pinned tzdata package) give — resolved under other rules, e.g. by a node that ran the
 previous release — or, with ``--against DIR`` (a TZif tree such as ``/usr/share/zoneinfo`` or an
-unpacked ``tzdata`` wheel's ``tzdata/zoneinfo``), whose next ``--count`` instants differ between those rules and the running ones. ``--apply`` moves each listed
+unpacked ``tzdata`` wheel's ``tzdata/zoneinfo``), whose next ``--count`` instants differ between
+those rules and the running ones. ``--apply`` moves each listed
 trigger's due row to the running rules' next instant and appends one audit row per trigger
 (``trigger.tzdata_reresolve``, actor ``operator``: both rule versions and instants). A Rich progress
 display follows the partitions on long runs; ``--json`` prints one object instead. Exit code 0.
@@ -81,7 +82,8 @@ def _table(out: dict[str, Any]) -> None:
     title = f"tzdata diff: running {out['running_tzdata']}" + (
         f" vs {other['version'] or 'unversioned'} ({other['path']})" if other else " vs the stored next instants")
     table = Table(title=title)
-    for col in ("trigger", "schedule", "recorded", "stored next", "running", "other", "why"):
+    table.add_column("trigger", no_wrap=True)
+    for col in ("schedule", "recorded", "stored next", "running", "other", "why"):
         table.add_column(col, overflow="fold")
     for c in out["changes"]:
         why = ", ".join(w for w, on in (("stored next is stale", c["stale"]), ("rules differ", c["differs"])) if on)
