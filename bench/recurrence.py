@@ -5,7 +5,7 @@ Prints ONE JSON object::
     {"tzdata_version": "2026f", "zone": "Europe/London", "calls": ..., "batches": ...,
      "*/5 * * * *": {"us_median": ..., "us_p99": ..., "cronsim_us_median": ..., "ratio_vs_cronsim": ...,
                      "wall_bisect_us_median": ..., "cronsim_naive_us_median": ...,
-                     "dst_label_us_median": ...},
+                     "dst_label_us_median": ..., "dst_label_year_setup_ms": ...},
      ...}
 
 * ``us_median`` — median over batches of the mean cost of one ``next_after`` call (chained: each
@@ -15,7 +15,9 @@ Prints ONE JSON object::
 * ``wall_bisect_us_median`` / ``cronsim_naive_us_median`` — the naive wall-time search alone:
   our bisect ``WallMatcher.next_wall`` against cronsim stepping a naive iterator.
 * ``dst_label_us_median`` — one ``dst_label`` call (decision 0160: the timing loop labels every cron
-  fire it decides), over the instants of the same chain (those near a transition included).
+  fire it decides), cycling over the chain's first ``calls`` instants (those near a transition
+  included), in the steady state: each zone-year's offset changes are computed once, before
+  (``dst_label_year_setup_ms``: that one-time cost for one zone-year).
 
 Usage: ``.venv/bin/python bench/recurrence.py [--quick]``.
 """
@@ -89,7 +91,9 @@ def bench_expression(expr: str, calls: int, batches: int) -> dict[str, float]:
         wall["t"] = matcher.next_wall(wall["t"])
 
     naive = CronSim(expr, START.replace(tzinfo=None))
-    chain = [o.instant for o in preview(rec, START, calls * (batches + 1))]
+    chain = [o.instant for o in preview(rec, START, calls)]
+    for instant in chain:       # steady state: each zone-year's offset changes computed once, first
+        dst_label(rec, instant)
     at = {"i": 0}
 
     def label() -> None:
@@ -109,7 +113,18 @@ def bench_expression(expr: str, calls: int, batches: int) -> dict[str, float]:
         "wall_bisect_us_median": round(r["bisect"][0], 2),
         "cronsim_naive_us_median": round(r["naive"][0], 2),
         "dst_label_us_median": round(r["label"][0], 2),
+        "dst_label_year_setup_ms": round(_year_setup_ms(), 2),
     }
+
+
+def _year_setup_ms() -> float:
+    """The one-time cost of a zone-year's offset changes (``recurrence.dst._changes``), in ms."""
+    from fireledger.recurrence import dst
+
+    dst._CHANGES.clear()
+    t0 = time.perf_counter()
+    dst._changes(load_zone(ZONE), 2031)
+    return (time.perf_counter() - t0) * 1000
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,10 @@ Pure: no clock, no I/O. Intervals and one-shots are absolute instants: never lab
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from .schedule import CronRecurrence, Recurrence, next_occurrence
 
@@ -27,17 +29,60 @@ _ONE_S = timedelta(seconds=1)
 #: backward jump in tzdata is a day, on the date line; DST ones are an hour or less).
 _MAX_FOLD = timedelta(hours=25)
 _KINDS = ("gap", "fold")
+_HOUR_S = 3_600
+_WINDOW_S = 26 * _HOUR_S   # 25 h of fold reach, plus the hour a sampled change may lie before its sample
+#: (zone, year) → the hourly samples (UTC seconds) at which the zone's offset differs from the hour
+#: before, from two days before the year to two days after; bounded, cleared when full. Zones are the
+#: long-lived ``load_zone`` objects (and the few of a ``tzdata diff`` run).
+_CHANGES: dict[tuple[ZoneInfo, int], tuple[int, ...]] = {}
+_CHANGES_MAX = 4_096
+
+
+def _changes(zone: ZoneInfo, year: int) -> tuple[int, ...]:
+    key = (zone, year)
+    got = _CHANGES.get(key)
+    if got is None:
+        lo = int(datetime(year, 1, 1, tzinfo=UTC).timestamp()) - 2 * 86_400
+        hi = int(datetime(year, 12, 31, tzinfo=UTC).timestamp()) + 3 * 86_400
+        out: list[int] = []
+        prev = datetime.fromtimestamp(lo, zone).utcoffset()
+        for t in range(lo + _HOUR_S, hi + 1, _HOUR_S):
+            off = datetime.fromtimestamp(t, zone).utcoffset()
+            if off != prev:
+                out.append(t)
+                prev = off
+        got = tuple(out)
+        if len(_CHANGES) >= _CHANGES_MAX:
+            _CHANGES.clear()
+        _CHANGES[key] = got
+    return got
+
+
+def _near_change(zone: ZoneInfo, instant: datetime) -> bool:
+    """Whether ``zone``'s offset may change in (instant − 1 s, instant + 25 h]: a bisect in the
+    zone-year's hourly change samples, computed once per (zone, year) (a transition pair closer than
+    an hour, which would cancel between two samples, does not occur in tzdata)."""
+    try:
+        changes = _changes(zone, instant.year)
+    except (OverflowError, ValueError, OSError):
+        return True     # at the edges of the representable range: let the exact check decide
+    t = instant.timestamp()
+    i = bisect_right(changes, t - 1)
+    return i < len(changes) and changes[i] <= t + _WINDOW_S
 
 
 def dst_label(rec: Recurrence, instant: datetime) -> str | None:
     """The stored DST label of ``instant`` (aware) under ``rec``: ``"gap <wall>"``, ``"fold <wall>"``,
     or None — for a wall time that exists once, for an instant the recurrence does not yield, and
-    for every interval and one-shot. A cheap offset comparison answers None for instants not within
-    a day before an offset change, so most calls do not search."""
+    for every interval and one-shot. Instants not within a day before an offset change are answered
+    None by a bisect in the zone-year's offset changes (cached), so most calls neither convert nor
+    search."""
     if not isinstance(rec, CronRecurrence):
         return None
     zone = rec.zone
     try:
+        if not _near_change(zone, instant):
+            return None
         before = (instant - _ONE_S).astimezone(zone).utcoffset()
         after = (instant + _MAX_FOLD).astimezone(zone).utcoffset()
     except OverflowError:
