@@ -110,3 +110,23 @@ def test_label_agrees_with_the_compiler(zone: str, minute: int, hour: int, start
         else:
             assert got is not None and got["kind"] == occ.note
             assert occ.wall is not None and got["wall"] == occ.wall.strftime("%Y-%m-%dT%H:%M")
+
+
+def test_instants_at_the_edges_of_the_calendar_are_not_labelled() -> None:
+    rec = compile_cron("30 1 * * *", "Europe/London")
+    assert dst_label(rec, datetime(1, 1, 1, 1, 30, tzinfo=UTC)) is None
+    assert dst_label(rec, datetime(9999, 12, 31, 1, 30, tzinfo=UTC)) is None
+
+
+def test_the_cached_offset_changes_hold_the_2027_transitions() -> None:
+    """The prefilter's per zone-year samples: each transition lies in the hour before its sample."""
+    from fireledger.recurrence import load_zone
+    from fireledger.recurrence.dst import _changes
+
+    for zone, transitions in [("Europe/London", ["2027-03-28T01:00:00Z", "2027-10-31T01:00:00Z"]),
+                              ("Australia/Lord_Howe", ["2027-04-03T15:00:00Z", "2027-10-02T15:30:00Z"]),
+                              ("UTC", [])]:
+        samples = _changes(load_zone(zone), 2027)
+        assert len(samples) == len(transitions), zone
+        for sample, t in zip(samples, transitions, strict=True):
+            assert sample - 3600 < _utc(t).timestamp() <= sample, (zone, t)
