@@ -137,6 +137,9 @@ BAD = [
     ("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", "soon"),
     ("FIRELEDGER_REPLICA", "s3://bucket/prefix"),
     ("FIRELEDGER_REPLICA_SYNC_S", "0"),
+    ("FIRELEDGER_VERIFICATION_VALIDITY_S", "4"),
+    ("FIRELEDGER_REVERIFY_WINDOW_S", "soon"),
+    ("FIRELEDGER_DNS_NAMESERVER", "resolver.example"),
 ]
 #: Free-form values, checked where they are used (a path, a URL the receivers compare, module names,
 #: the KEK, whose decoding names FIRELEDGER_KEK), or a switch where anything but "1" means off.

@@ -10,6 +10,7 @@ thread). Instants come from the injected :class:`~fireledger.clock.Clock`, never
 Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 
 ====================================  ========  =================================================
+``GET  /``                            —         303 to the web console (``/console/``)
 ``GET  /healthz``                     —         liveness
 ``POST /v1/targets``                  admin     register a target (secret shown once)
 ``GET  /v1/targets[/{id}]``           reader
@@ -18,8 +19,8 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/triggers[/{id}]``          reader
 ``PATCH /v1/triggers/{id}``           author    (+ policy to change policy fields)
 ``DELETE /v1/triggers/{id}``          author
-``POST /v1/triggers/{id}/pause``      author
-``POST /v1/triggers/{id}/resume``     author
+``POST /v1/triggers/{id}/pause``      author    audited ``trigger.pause`` (0180)
+``POST /v1/triggers/{id}/resume``     author    audited ``trigger.resume``
 ``GET  /v1/triggers/{id}/preview``    reader
 ``GET  /v1/triggers/{id}/fires``      reader    fire history, oldest first
 ``GET  /v1/fires/{key}``              reader    one fire

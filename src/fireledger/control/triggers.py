@@ -50,7 +50,7 @@ from .schemas import (
     TriggerPatch,
     TriggerView,
 )
-from .views import fire_view, id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
+from .views import id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
 
 log = logging.getLogger("fireledger.control")
 
@@ -151,7 +151,7 @@ def delete_trigger(trigger_id: str, principal: Principal = Depends(require("auth
                      "recorded so that resume can decide the paused instants by the missed-fire policy")
 def pause_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    done = _registry(ctx).pause(principal.tenant_id, trigger_id, now_us=ctx.now_us())
+    done = _registry(ctx).pause(principal.tenant_id, trigger_id, now_us=ctx.now_us(), actor=principal.id)
     return trigger_view(done.trigger, done.version)
 
 
@@ -162,7 +162,7 @@ def pause_trigger(trigger_id: str, principal: Principal = Depends(require("autho
                      "(fire-all / fire-once-now / skip), each non-dispatch with its cause in the history")
 def resume_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    done = _registry(ctx).resume(principal.tenant_id, trigger_id, now_us=ctx.now_us())
+    done = _registry(ctx).resume(principal.tenant_id, trigger_id, now_us=ctx.now_us(), actor=principal.id)
     return trigger_view(done.trigger, done.version)
 
 
@@ -235,7 +235,7 @@ def get_fire(key: str, principal: Principal = Depends(require("reader")),
     fire = ctx.store.history.get_fire(fk)
     if fire is None:
         raise not_found("fire")
-    return fire_view(fire)
+    return history.history_item(fire)
 
 
 __all__ = ["MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "CreateChecked", "ProblemError", "fires_router", "router",
