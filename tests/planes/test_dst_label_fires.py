@@ -71,6 +71,8 @@ def test_gap_and_fold_fires_are_labelled(store: Any) -> None:
         page = http.get(f"/console/fires/{gap_key}")
         assert page.status_code == 200
         assert "DST gap: the wall time asked for, 2027-03-28T01:30 in Europe/London, does not exist" in page.text
+        listing = http.get(f"/console/triggers/{gap_trig.id}")
+        assert listing.status_code == 200 and "DST gap: 2027-03-28T01:30 asked" in listing.text
 
     out = json.loads(cli("why", str(gap_key), "--db", db_url(store), "--json").stdout)
     assert out["fire"]["dst"] == {"kind": "gap", "wall": "2027-03-28T01:30"}
