@@ -4,7 +4,8 @@ Prints ONE JSON object::
 
     {"tzdata_version": "2026f", "zone": "Europe/London", "calls": ..., "batches": ...,
      "*/5 * * * *": {"us_median": ..., "us_p99": ..., "cronsim_us_median": ..., "ratio_vs_cronsim": ...,
-                     "wall_bisect_us_median": ..., "cronsim_naive_us_median": ...},
+                     "wall_bisect_us_median": ..., "cronsim_naive_us_median": ...,
+                     "dst_label_us_median": ..., "dst_label_year_setup_ms": ...},
      ...}
 
 * ``us_median`` — median over batches of the mean cost of one ``next_after`` call (chained: each
@@ -13,6 +14,10 @@ Prints ONE JSON object::
   different, DST handling); ``ratio_vs_cronsim`` = ``us_median / cronsim_us_median``.
 * ``wall_bisect_us_median`` / ``cronsim_naive_us_median`` — the naive wall-time search alone:
   our bisect ``WallMatcher.next_wall`` against cronsim stepping a naive iterator.
+* ``dst_label_us_median`` — one ``dst_label`` call (decision 0160: the timing loop labels every cron
+  fire it decides), cycling over the chain's first ``calls`` instants (those near a transition
+  included), in the steady state: each zone-year's offset changes are computed once, before
+  (``dst_label_year_setup_ms``: that one-time cost for one zone-year).
 
 Usage: ``.venv/bin/python bench/recurrence.py [--quick]``.
 """
@@ -30,7 +35,7 @@ from datetime import UTC, datetime
 
 from cronsim import CronSim
 
-from fireledger.recurrence import TZDATA_VERSION, compile_cron, load_zone, next_after
+from fireledger.recurrence import TZDATA_VERSION, compile_cron, dst_label, load_zone, next_after, preview
 from fireledger.recurrence.cron import WallMatcher
 
 EXPRESSIONS = ["*/5 * * * *", "0 9 * * 1-5", "30 2 * * *"]
@@ -86,8 +91,18 @@ def bench_expression(expr: str, calls: int, batches: int) -> dict[str, float]:
         wall["t"] = matcher.next_wall(wall["t"])
 
     naive = CronSim(expr, START.replace(tzinfo=None))
+    chain = [o.instant for o in preview(rec, START, calls)]
+    for instant in chain:       # steady state: each zone-year's offset changes computed once, first
+        dst_label(rec, instant)
+    at = {"i": 0}
+
+    def label() -> None:
+        dst_label(rec, chain[at["i"] % len(chain)])
+        at["i"] += 1
+
     r = measure(
-        {"ours": ours, "cronsim": lambda: next(aware), "bisect": bisect_wall, "naive": lambda: next(naive)},
+        {"ours": ours, "cronsim": lambda: next(aware), "bisect": bisect_wall, "naive": lambda: next(naive),
+         "label": label},
         calls, batches,
     )
     return {
@@ -97,7 +112,19 @@ def bench_expression(expr: str, calls: int, batches: int) -> dict[str, float]:
         "ratio_vs_cronsim": round(r["ours"][0] / r["cronsim"][0], 2),
         "wall_bisect_us_median": round(r["bisect"][0], 2),
         "cronsim_naive_us_median": round(r["naive"][0], 2),
+        "dst_label_us_median": round(r["label"][0], 2),
+        "dst_label_year_setup_ms": round(_year_setup_ms(), 2),
     }
+
+
+def _year_setup_ms() -> float:
+    """The one-time cost of a zone-year's offset changes (``recurrence.dst._changes``), in ms."""
+    from fireledger.recurrence import dst
+
+    dst._CHANGES.clear()
+    t0 = time.perf_counter()
+    dst._changes(load_zone(ZONE), 2031)
+    return (time.perf_counter() - t0) * 1000
 
 
 def main(argv: list[str] | None = None) -> int:

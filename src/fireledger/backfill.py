@@ -31,7 +31,7 @@ from fireledger.definitions import next_us, recurrence_of
 from fireledger.domain.keys import FireKey
 from fireledger.domain.model import FireKind, FireState, Lane, NewFire, Trigger, TriggerVersion
 from fireledger.errors import FireledgerError
-from fireledger.recurrence import TZDATA_VERSION, Recurrence, RecurrenceError, format_instant
+from fireledger.recurrence import TZDATA_VERSION, Recurrence, RecurrenceError, dst_label_us, format_instant
 from fireledger.store import Store
 
 #: The key sequence of backfill fires (0: scheduled / catch-up, 1: manual run).
@@ -151,7 +151,8 @@ def run_backfill(store: Store, trigger: Trigger, version: TriggerVersion, from_u
     errors = check_window(from_us, to_us, now_us)
     if errors:
         raise BackfillRefused(errors)
-    instants = window_instants(recurrence_of(version), from_us, to_us, max_fires, on_instants)
+    rec = recurrence_of(version)
+    instants = window_instants(rec, from_us, to_us, max_fires, on_instants)
     if not instants:
         raise BackfillRefused([("from", "the window [from, to) holds no instant of the trigger's schedule")])
     present, delivered = store.registry.backfill_window(trigger.tenant_id, trigger.id, from_us, to_us, BACKFILL_SEQ)
@@ -171,7 +172,8 @@ def run_backfill(store: Store, trigger: Trigger, version: TriggerVersion, from_u
                                  seq=BACKFILL_SEQ, version=version.version, kind=FireKind.BACKFILL,
                                  lane=Lane.BACKFILL, state=FireState.PENDING, decided_us=now_us,
                                  tzdata_version=TZDATA_VERSION, decided_by=decided_by,
-                                 eps_us=None if eps is None else eps[0], eps_source=None if eps is None else eps[1]))
+                                 eps_us=None if eps is None else eps[0], eps_source=None if eps is None else eps[1],
+                                 dst=dst_label_us(rec, us)))
         items.append(BackfillItem(us, key, outcome))
     already = sum(1 for us in instants if us in present)
     created = len(fires)

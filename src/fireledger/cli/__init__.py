@@ -5,7 +5,7 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.preview` — ``preview``; :mod:`.run` — ``serve``, ``control``, ``timing``, ``dispatch``;
 * :mod:`.operator` — ``tenant create``, ``db upgrade`` and the store openers;
 * :mod:`.evidence` — ``triggers``, ``fires``, ``why``, ``status``; :mod:`.history` — ``history export|purge``;
-* :mod:`.backfill` — ``backfill``; :mod:`.reports` — ``report smearing|delivery``;
+* :mod:`.backfill` — ``backfill``; :mod:`.reports` — ``report smearing|delivery``; :mod:`.tzdata` — ``tzdata diff``;
 * :mod:`.keys` — ``init``, ``keys show|stage|rotate|prune``;
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
@@ -46,6 +46,7 @@ from . import (
     run,
     timing_ops,
     trust,
+    tzdata,
 )
 from .common import DEFAULT_DB, Command, InputError, fail
 
@@ -62,11 +63,12 @@ GROUPS: dict[str, str] = {
     "report": "Reports computed from the ledger, off the fire path.",
     "keys": "The dispatch signing key ring (JWKS at /.well-known/jwks.json).",
     "drain": "A declared drain: suppress the due-age page while a backlog drains on purpose (audited).",
+    "tzdata": "Zone rules: the live triggers whose instants change with a tzdata upgrade.",
 }
 
 #: Every module holding commands, in the order their commands are listed.
 MODULES = (preview, run, trust, operator, evidence, history, timing_ops, dispatch_ops, backfill, reports, keys,
-           backup, apply, drain)
+           backup, apply, drain, tzdata)
 
 
 def _root() -> None:

@@ -32,7 +32,7 @@ from fireledger.domain.history_records import ALL_STATES
 from fireledger.domain.keys import FireKey, from_us, to_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
 from fireledger.observe.metrics import LATENESS_BUCKETS
-from fireledger.recurrence import RecurrenceError, format_instant, load_zone, parse_instant
+from fireledger.recurrence import RecurrenceError, format_instant, load_zone, parse_dst_label, parse_instant
 from fireledger.security.targets import LAPSED
 
 from .auth import require
@@ -358,6 +358,19 @@ def explain_cause(cause: str | None) -> str | None:
     return None
 
 
+def _dst_line(f: Fire, version: TriggerVersion | None) -> str | None:
+    """The story's DST sentence of a labelled fire (decision 0160); None when it has no label."""
+    label = parse_dst_label(f.dst)
+    if label is None:
+        return None
+    zone = f" in {version.schedule.get('zone') or 'UTC'}" if version is not None else ""
+    if label["kind"] == "gap":
+        return (f"DST gap: the wall time asked for, {label['wall']}{zone}, does not exist (the clocks jumped "
+                "over it); it fired at the instant the clock jumped")
+    return (f"DST fold: the wall time asked for, {label['wall']}{zone}, occurred twice (the clocks went back); "
+            "this is its first occurrence, the second is not fired")
+
+
 def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersion | None = None,
                *, now_us: int | None = None) -> list[tuple[str | None, str]]:
     """The story of one fire as (instant, sentence) lines, oldest first: when it was due, who decided
@@ -375,6 +388,9 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
     name = f" of trigger {trigger.name!r}" if trigger is not None else ""
     lines.append((_when(f.scheduled_us), f"{sched}: instant{name}, definition version {f.version}, "
                                          f"tzdata {f.tzdata_version}, kind {f.kind}, seq {f.seq}"))
+    dst = _dst_line(f, version)
+    if dst:
+        lines.append((None, dst))
     decided_late = f.decided_us - f.scheduled_us
     note = f.cause[f.cause.index("overlap:"):] if f.cause and "overlap:" in f.cause else None
     released = note is not None and note.startswith("overlap: released from hold")

@@ -215,6 +215,15 @@ class AttemptView(BaseModel):
     error: str | None
 
 
+class DstLabel(BaseModel):
+    kind: Literal["gap", "fold"] = Field(
+        description="'gap': the wall time asked for does not exist in the zone (spring forward); the fire's "
+                    "instant is the moment the clock jumped. 'fold': it occurs twice (fall back); the fire's "
+                    "instant is its first occurrence, the second is not fired.")
+    wall: str = Field(description="The wall time asked for, in the schedule's zone, ISO 8601 without offset, "
+                                  "to the minute (':SS' when its seconds are not zero), e.g. 2027-03-28T01:30.")
+
+
 class FireView(BaseModel):
     key: str
     trigger_id: str
@@ -239,6 +248,11 @@ class FireView(BaseModel):
         description="Who vouched for eps_s: 'kernel' (the kernel's synchronisation error bound), 'declared' "
                     "(FIRELEDGER_DECLARED_EPS_MS, the kernel reports no synchronisation), either suffixed "
                     "'+postgres' when cross-checked against the PostgreSQL server's clock.")
+    dst: DstLabel | None = Field(
+        default=None,
+        description="Set when this fire's instant came from a wall time the zone skipped (gap) or from the first "
+                    "pass of a repeated one (fold), as decided with the instant (cron schedules only). Null: an "
+                    "ordinary wall time, an interval or one-shot, or a fire decided before labels were recorded.")
     redriven_at: str | None = Field(
         default=None, description="When this fire was last redriven (POST /v1/fires/{key}/redrive): the attempts "
                                   "after that instant are the redrive's. Null: never redriven.")

@@ -194,6 +194,7 @@ class NewFire:
     not_before_us: int | None = None   # earliest dispatch (jitter smearing); None = at once
     eps_us: int | None = None          # the clock bound ε in force at the decision (invariant 18)
     eps_source: str | None = None      # who vouched for it: kernel, declared, kernel+postgres, …
+    dst: str | None = None             # "gap <wall>" / "fold <wall>": the instant's DST label (decision 0160)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +284,8 @@ class Fire:
     #: counts the attempts after them) and when that redrive was made (None: never redriven).
     attempt_base: int = 0
     redriven_us: int | None = None
+    #: The instant's DST label as stored (decision 0160): "gap <wall>" / "fold <wall>", None otherwise.
+    dst: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 Contract:
 
 * :func:`fire_record` is a fire's public shape — key, instants (RFC 3339, UTC), state, cause, kind,
-  lane, version, tzdata version, who decided it and the clock bound ε, lateness, and every attempt
+  lane, version, tzdata version, who decided it and the clock bound ε, its DST label (``dst``:
+  ``{"kind": "gap"|"fold", "wall": …}`` or null, decision 0160), lateness, and every attempt
   with its duration. It is the history API's item (``control.views.fire_view``), the CLI's
   ``--json`` of ``fires``/``why``, and the body of every retention archive line. It never carries a
   payload, a target secret or request data.
@@ -21,7 +22,7 @@ from typing import Any
 
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire
-from fireledger.recurrence import format_instant
+from fireledger.recurrence import format_instant, parse_dst_label
 
 __all__ = ["archive_record", "fire_record", "instant"]
 
@@ -49,6 +50,7 @@ def fire_record(f: Fire) -> dict[str, Any]:
         "decided_by": f.decided_by,
         "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
         "eps_source": f.eps_source,
+        "dst": parse_dst_label(f.dst),
         "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
         "redriven_at": instant(f.redriven_us),
         "attempts": [

@@ -5,6 +5,7 @@ Compile once (:func:`compile_spec`, :func:`compile_cron`, :func:`compile_interva
 used by the timing loop and by preview alike. No function here reads a clock or does I/O.
 """
 
+from .dst import dst_label, dst_label_us, parse_dst_label
 from .errors import NoMatchError, RecurrenceError
 from .explain import explain as explain_schedule
 from .instants import format_duration, format_instant, parse_duration, parse_instant
@@ -40,6 +41,8 @@ __all__ = [
     "compile_interval",
     "compile_once",
     "compile_spec",
+    "dst_label",
+    "dst_label_us",
     "explain_schedule",
     "format_duration",
     "format_instant",
@@ -47,6 +50,7 @@ __all__ = [
     "load_zone",
     "next_after",
     "next_occurrence",
+    "parse_dst_label",
     "parse_duration",
     "parse_instant",
     "preview",

@@ -16,16 +16,29 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
+from fireledger.domain.model import Advance, ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
 from fireledger.domain.timing_records import FireFacts, HeldRow, OverlapFacts
 from fireledger.domain.trust_records import AuditNote
 
+from . import queries
 from . import rows as rec
 from .core import AppendAudit, InvariantViolation, expect_one
 from .decisions import advance_rows, fire_rows, write_batch
 from .engine import Engine
 from .leases import TimingLeases
 from .overlap import update_params
+
+# The tzdata version of each trigger's latest decided instant (scheduled / catch-up fires; manual and
+# backfill fires do not move the recurrence), for ids given as [[tenant_id, trigger_id], ...]: one
+# statement, one primary-key probe per trigger (decision 0162).
+_LATEST_TZ = ("SELECT {t}, (SELECT f.tzdata_version FROM fires f WHERE f.tenant_id = {a} AND f.trigger_id = {t} "
+              "AND f.kind IN ('scheduled', 'catch-up') ORDER BY f.scheduled_us DESC, f.seq DESC LIMIT 1) "
+              "FROM {each}")
+queries.register(
+    {"tm_latest_tzdata": _LATEST_TZ.format(a="json_extract(j.value, '$[0]')", t="json_extract(j.value, '$[1]')",
+                                           each="json_each(:ids) j")},
+    {"postgres": {"tm_latest_tzdata": _LATEST_TZ.format(a="j->>0", t="j->>1",
+                                                        each="jsonb_array_elements(CAST(:ids AS jsonb)) j")}})
 
 
 class SqlTiming(TimingLeases):
@@ -145,7 +158,7 @@ class SqlTiming(TimingLeases):
                     "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us,
                     "decided_by": f.decided_by, "finished_us": None, "tzdata_version": f.tzdata_version,
                     "next_attempt_us": f.not_before_us if f.not_before_us is not None else f.decided_us,
-                    "eps_us": f.eps_us, "eps_source": f.eps_source,
+                    "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst,
                 }).rowcount
                 if expect_one(n, "insert_fire"):
                     inserted.append(f)
@@ -189,6 +202,29 @@ class SqlTiming(TimingLeases):
             return []
         with self.engine.write() as c:
             return self._apply_fire_updates(c, updates)
+
+    def latest_tzdata(self, triggers: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """The tzdata version recorded on each ``(tenant_id, trigger_id)``'s latest decided instant
+        (its newest scheduled or catch-up fire), keyed by trigger id, in one statement; a trigger
+        never decided is absent."""
+        if not triggers:
+            return {}
+        with self.engine.read() as c:
+            rows = c.execute(self.q["tm_latest_tzdata"], {"ids": json.dumps(sorted(set(triggers)))}).fetchall()
+        return {str(r[0]): str(r[1]) for r in rows if r[1] is not None}
+
+    def reresolve_due(self, advance: Advance, audit: AuditNote) -> bool:
+        """Move one due row to the instant the running zone rules give (``tzdata diff --apply``,
+        decision 0163): the compare-and-set of ``advance`` (``new_next_us`` None removes the row) and
+        ``audit`` appended in ONE transaction. False — and no audit row — when the row moved
+        meanwhile (decided, amended, paused)."""
+        params = rec.advance_params(advance)
+        with self.engine.write() as c:
+            name = "retire_due" if advance.new_next_us is None else "advance_due"
+            if not expect_one(c.execute(self.q[name], params).rowcount, name):
+                return False
+            self._audit(c, audit)
+        return True
 
     def _apply_fire_updates(self, c: Any, updates: Sequence[FireUpdate]) -> list[bool]:
         return [expect_one(c.execute(self.q["ov_update"], update_params(u)).rowcount, "overlap fire update")

@@ -60,7 +60,7 @@ from fireledger.settings import process_env
 from fireledger.store import Store, is_database_error
 
 from .leases import LeaseManager, Ownership
-from .plans import VersionPlans, gc_paused
+from .plans import VersionPlans, gc_paused, labelled
 
 log = logging.getLogger("fireledger.timing")
 
@@ -187,6 +187,8 @@ class TimingLoop:
                                                     "is missing from the registry"))
                     continue
                 d = plan_due(row, p.next, p.policies, ctx)
+                if p.label is not None:
+                    d = labelled(d, p.label)
             except Exception as exc:
                 if is_store_failure(exc):
                     raise

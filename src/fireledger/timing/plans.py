@@ -6,6 +6,9 @@
   the cache lacks are read in ONE statement (``store.timing.version_plans``: schedule text and
   policies, never the sealed payload); a version that does not decode there is read alone, so one bad
   row fails alone.
+* :attr:`Plan.label` — the DST labeller of a cron version (decision 0160): the label of each decided
+  instant (``"gap <wall>"`` / ``"fold <wall>"``), from the same compiled recurrence; None for
+  intervals and one-shots, so their fires cost nothing more (:func:`labelled`).
 * :func:`gc_paused` — the cyclic garbage collector held off while one batch is planned and committed
   (decision 0136): a batch allocates thousands of short-lived objects (rows, fire records,
   decisions) that reference counting frees, and each collection the allocations would trigger
@@ -16,17 +19,23 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from fireledger.definitions import NextFn, next_fn, plan_for_text, recurrence_of
-from fireledger.domain.model import DueRow, Policies
+from fireledger.domain.model import Decision, DueRow, NewFire, Policies
+from fireledger.recurrence import CronRecurrence, Recurrence, dst_label_us
 from fireledger.store import Store, is_database_error
 
 #: Trigger versions kept compiled between cycles (bounded: a million triggers must not all stay in
 #: memory; a version evicted is read again in its batch's one statement).
 VERSION_CACHE_MAX = 100_000
+
+
+#: A version's DST labeller: the label of an instant (µs since the epoch) or None.
+LabelFn = Callable[[int], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,27 @@ class Plan:
 
     policies: Policies
     next: NextFn
+    label: LabelFn | None = None   # the DST labeller (cron versions only)
+
+
+def label_fn(rec: Recurrence) -> LabelFn | None:
+    """The DST labeller of a compiled recurrence: ``dst_label_us`` bound to it for a cron schedule
+    (wall time), None for intervals and one-shots (absolute instants: never labelled)."""
+    return partial(dst_label_us, rec) if isinstance(rec, CronRecurrence) else None
+
+
+def labelled(d: Decision, label: LabelFn) -> Decision:
+    """``d`` with each fire carrying its instant's DST label (the same decision when none has one:
+    most instants are not near a transition, and the labeller says so without a search)."""
+    fires = d.fires
+    out: list[NewFire] | None = None
+    for i, f in enumerate(fires):
+        lab = label(f.scheduled_us)
+        if lab is not None:
+            if out is None:
+                out = list(fires)
+            out[i] = replace(f, dst=lab)
+    return d if out is None else replace(d, fires=tuple(out))
 
 
 class VersionPlans:
@@ -72,12 +102,14 @@ class VersionPlans:
             return p
         got = read.get(key)
         if got is not None:
-            p = Plan(got[1], plan_for_text(trigger_id, version, got[0])[1])
+            rec, nxt = plan_for_text(trigger_id, version, got[0])
+            p = Plan(got[1], nxt, label_fn(rec))
         else:
             v = self.store.registry.get_version(trigger_id, version)
             if v is None:
                 return None
-            p = Plan(v.policies, next_fn(recurrence_of(v)))
+            rec = recurrence_of(v)
+            p = Plan(v.policies, next_fn(rec), label_fn(rec))
         if len(self.plans) >= self.limit:
             self.plans.clear()
         self.plans[key] = p
@@ -128,4 +160,4 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-__all__ = ["VERSION_CACHE_MAX", "Plan", "VersionPlans", "gc_paused"]
+__all__ = ["VERSION_CACHE_MAX", "LabelFn", "Plan", "VersionPlans", "gc_paused", "label_fn", "labelled"]

@@ -59,6 +59,16 @@ log = logging.getLogger("fireledger.timing.shadow")
 
 def expected_next(row: ShadowRow) -> int | None:
     """The due row's instant the registry and the ledger imply for ``row`` (None: no row)."""
+    anchor = resume_anchor(row)
+    if anchor is None:
+        return None
+    rec = recurrence_for(row.trigger_id, row.version, row.schedule)
+    return next_us(rec, anchor)
+
+
+def resume_anchor(row: ShadowRow) -> int | None:
+    """The instant ``row``'s due row continues from: its next instant is the first strictly after it
+    (module docstring); None for a trigger that has no due row."""
     if row.state != "active":
         return None
     anchors = [a for a in (row.last_us, row.run_start_us, row.resumed_us) if a is not None]
@@ -68,10 +78,7 @@ def expected_next(row: ShadowRow) -> int | None:
         # decided by the missed-fire policy, decision 0063), also for a schedule amended while
         # paused; a schedule amended after the resume restarts from its amendment as usual.
         anchors = [a for a in (row.last_us, row.paused_us) if a is not None]
-    if not anchors:
-        return None
-    rec = recurrence_for(row.trigger_id, row.version, row.schedule)
-    return next_us(rec, max(anchors))
+    return max(anchors) if anchors else None
 
 
 def compare(partition: int, rows: list[ShadowRow], strays: list[StrayDue], n: int, *, node: str, now_us: int,
@@ -269,4 +276,4 @@ def _at(us: int | None) -> str:
 
 
 __all__ = ["Repartitioned", "ShadowRebuilder", "ShadowSettings", "compare", "expected_next", "rebuild",
-           "rebuild_partitions", "repartition"]
+           "rebuild_partitions", "repartition", "resume_anchor"]

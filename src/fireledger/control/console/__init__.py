@@ -42,7 +42,7 @@ from fastapi.responses import RedirectResponse, Response
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
-from fireledger.recurrence import RecurrenceError, format_instant, load_zone, preview
+from fireledger.recurrence import RecurrenceError, format_instant, load_zone, parse_dst_label, preview
 
 from ..auth import hash_token
 from ..context import ApiContext
@@ -159,11 +159,13 @@ def _upcoming(ctx: ApiContext, trigger: Trigger, v: TriggerVersion | None, count
 def _fire_row(f: Fire) -> dict[str, Any]:
     last = f.attempt_list[-1] if f.attempt_list else None
     lateness = None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6
+    dst = parse_dst_label(f.dst)
     return {
         "key": fire_key(f), "scheduled": _when(f.scheduled_us), "state": f.state, "cause": f.cause or "",
         "why": explain_cause(f.cause) or "", "lateness": _secs(lateness), "decided": _when(f.decided_us),
         "decided_by": f.decided_by, "lane": f.lane, "kind": f.kind, "version": f.version,
         "eps": "" if f.eps_us is None else f"ε {f.eps_us / 1000:.1f} ms ({f.eps_source or '?'})",
+        "dst": "" if dst is None else f"DST {dst['kind']}: {dst['wall']} asked",
         "attempts": len(f.attempt_list),
         "last": "" if last is None else (f"{last.result or 'running'}"
                                          + (f" (HTTP {last.http_status})" if last.http_status else "")),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from fireledger.domain.model import ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
+from fireledger.domain.model import Advance, ClaimOutcome, Decision, DueRow, FireUpdate, NewFire, Policies
 from fireledger.domain.timing_records import (
     Divergence,
     Grant,
@@ -38,7 +38,8 @@ class TimingStore(Protocol):
         For each decision: insert its fires (a primary-key conflict inserts nothing: decided
         elsewhere), then compare-and-set the due row. When the CAS finds the row moved (another
         decider, or an amendment/pause committed meanwhile) the fires this call inserted for it are
-        removed again, so nothing is decided against a definition no longer in force.
+        removed again, so nothing is decided against a definition no longer in force. Every field of
+        a fire is stored, its clock bound (``eps_us``/``eps_source``) and DST label (``dst``) included.
         """
         ...
 
@@ -103,6 +104,12 @@ class TimingStore(Protocol):
         appended in the same transaction when at least one fire was inserted (none: no audit row)."""
         ...
 
+    def latest_tzdata(self, triggers: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """The tzdata version recorded on each ``(tenant_id, trigger_id)``'s latest decided instant
+        (its newest scheduled or catch-up fire), keyed by trigger id, in one statement; a trigger
+        never decided is absent."""
+        ...
+
     def lease_table(self) -> list[Lease]:
         """Every lease row, by partition."""
         ...
@@ -153,6 +160,13 @@ class TimingStore(Protocol):
         their due rows) to ``partition_of(id)``, in one transaction.
 
         Returns ``(last id seen, triggers seen, triggers moved)``; last id "" when none was left."""
+        ...
+
+    def reresolve_due(self, advance: Advance, audit: AuditNote) -> bool:
+        """Move one due row to the instant the running zone rules give (``tzdata diff --apply``):
+        the compare-and-set of ``advance`` (expected ``(next_us, version)``; ``new_next_us`` None
+        removes the row) and ``audit`` appended in ONE transaction. False — and no audit row — when
+        the row moved meanwhile (decided, amended, paused)."""
         ...
 
     def sessions(self, role: str = "timing") -> list[NodeSession]:
