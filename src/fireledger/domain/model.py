@@ -188,6 +188,7 @@ class NewFire:
     not_before_us: int | None = None   # earliest dispatch (jitter smearing); None = at once
     eps_us: int | None = None          # the clock bound ε in force at the decision (invariant 18)
     eps_source: str | None = None      # who vouched for it: kernel, declared, kernel+postgres, …
+    specs: str | None = None           # several specs (0155): the indexes that produced it, "0,2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,7 @@ class Fire:
     next_attempt_us: int | None
     eps_us: int | None = None           # ε at the decision and its source (None: not recorded)
     eps_source: str | None = None
+    specs: str | None = None            # several specs (0155): the indexes that produced it, "0,2"
     attempt_list: tuple[Attempt, ...] = field(default=())
     #: A redriven fire (decision 0148): the attempts made before its latest redrive (its retry policy
     #: counts the attempts after them) and when that redrive was made (None: never redriven).

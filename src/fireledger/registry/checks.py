@@ -64,10 +64,16 @@ def schedule_error(exc: RecurrenceError) -> tuple[str, str]:
 
 def compile_schedule(schedule: dict[str, Any], now_us: int, errors: Errors) -> Recurrence | None:
     """The API schedule object compiled (None, with problems in ``errors``, when it does not)."""
-    bad = [(f"schedule.{k}", "must be a string") for k in _SCHEDULE_STRINGS
-           if k in schedule and not isinstance(schedule[k], str)]
-    if "anchor" in schedule and "every" not in schedule:
-        bad.append(("schedule.anchor", "applies only to an interval schedule (every)"))
+    specs = schedule.get("specs")
+    parts = ([("schedule", schedule)] if not isinstance(specs, list)
+             else [("schedule", schedule)] + [(f"schedule.specs[{i}]", s) for i, s in enumerate(specs)
+                                               if isinstance(s, dict)])
+    bad: Errors = []
+    for where, part in parts:
+        bad += [(f"{where}.{k}", "must be a string") for k in _SCHEDULE_STRINGS
+                if k in part and not isinstance(part[k], str)]
+        if "anchor" in part and "every" not in part:
+            bad.append((f"{where}.anchor", "applies only to an interval schedule (every)"))
     if bad:
         errors.extend(bad)
         return None

@@ -19,7 +19,7 @@ FIRE_COLS = _FIRE_COLS + ", attempt_base, redriven_us"
 FIRE_NCOLS = FIRE_COLS.count(",") + 1
 #: The fire columns plus the clock evidence (migration 0007): what history and evidence reads select
 #: (the dispatch plane's claims keep FIRE_COLS).
-FIRE_COLS_EVIDENCE = FIRE_COLS + ", eps_us, eps_source"
+FIRE_COLS_EVIDENCE = FIRE_COLS + ", eps_us, eps_source, specs"
 TRIGGER_COLS = (
     "t.id, t.tenant_id, t.name, t.state, t.current_version, t.partition, t.created_us, t.updated_us, "
     "d.next_us, t.pause_reason"
@@ -109,9 +109,9 @@ QUERIES: dict[str, str] = {
     ),
     "earliest_due": "SELECT MIN(next_us) FROM due",
     "insert_fire": (
-        f"INSERT INTO fires ({_FIRE_COLS}, eps_us, eps_source) VALUES (:tenant_id, :trigger_id, :scheduled_us, "
-        ":seq, :version, :kind, :lane, :state, :cause, :decided_us, :decided_by, NULL, :finished_us, "
-        ":tzdata_version, 0, :next_attempt_us, :eps_us, :eps_source) ON CONFLICT DO NOTHING"
+        f"INSERT INTO fires ({_FIRE_COLS}, eps_us, eps_source, specs) VALUES (:tenant_id, :trigger_id, "
+        ":scheduled_us, :seq, :version, :kind, :lane, :state, :cause, :decided_us, :decided_by, NULL, :finished_us, "
+        ":tzdata_version, 0, :next_attempt_us, :eps_us, :eps_source, :specs) ON CONFLICT DO NOTHING"
     ),
     "delete_fire": (
         "DELETE FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from fireledger.definitions import NextFn, next_fn, plan_for_text, recurrence_of
+from fireledger.definitions import NextFn, matched_fn, next_fn, plan_for_text, recurrence_of
 from fireledger.domain.model import DueRow, Policies
 from fireledger.store import Store, is_database_error
 
@@ -35,6 +35,10 @@ class Plan:
 
     policies: Policies
     next: NextFn
+    #: A union's (decision 0155): the indexes of the specs an instant came from; None otherwise.
+    matched: Callable[[int], tuple[int, ...]] | None = None
+    #: The exclusion calendars the schedule names (decision 0156).
+    calendars: tuple[str, ...] = ()
 
 
 class VersionPlans:
@@ -72,12 +76,14 @@ class VersionPlans:
             return p
         got = read.get(key)
         if got is not None:
-            p = Plan(got[1], plan_for_text(trigger_id, version, got[0])[1])
+            rec, fn = plan_for_text(trigger_id, version, got[0])
+            p = Plan(got[1], fn, matched_fn(rec), rec.calendars)
         else:
             v = self.store.registry.get_version(trigger_id, version)
             if v is None:
                 return None
-            p = Plan(v.policies, next_fn(recurrence_of(v)))
+            rec = recurrence_of(v)
+            p = Plan(v.policies, next_fn(rec), matched_fn(rec), rec.calendars)
         if len(self.plans) >= self.limit:
             self.plans.clear()
         self.plans[key] = p
