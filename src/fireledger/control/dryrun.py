@@ -162,7 +162,8 @@ def dry_run_create(body: TriggerCreate, count: int = Query(10, ge=1, le=1000),
     checked = triggers.validate_create(ctx, principal, body, now_us)
     jitter_us = checked.policies.jitter_s * _US
     items = []
-    for item in triggers.preview_items(checked.rec, now_us, count):
+    cals = triggers.schedule_calendars(ctx, principal.tenant_id, checked.rec)
+    for item in triggers.preview_items(checked.rec, now_us, count, cals):
         at = _parse_instant(item["instant"])
         smeared = jitter_us > 0 and is_popular(at)
         items.append({**item, "smeared": smeared,

@@ -21,7 +21,7 @@ from typing import Any
 
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire
-from fireledger.recurrence import format_instant
+from fireledger.recurrence import format_instant, parse_specs
 
 __all__ = ["archive_record", "fire_record", "instant"]
 
@@ -49,6 +49,7 @@ def fire_record(f: Fire) -> dict[str, Any]:
         "decided_by": f.decided_by,
         "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
         "eps_source": f.eps_source,
+        "specs": parse_specs(f.specs),
         "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
         "redriven_at": instant(f.redriven_us),
         "attempts": [

@@ -196,6 +196,14 @@ def target_problem(store: Any, tenant_id: str, target_id: str, now_us: int, erro
         errors.append(("target_id", problem))
 
 
+def calendar_problems(store: Any, tenant_id: str, rec: Recurrence, errors: Errors) -> None:
+    """Every calendar a schedule names must be one of the tenant's (decision 0156)."""
+    for i, cal in enumerate(rec.calendars):
+        if store.registry.get_calendar(tenant_id, cal) is None:
+            errors.append((f"schedule.calendars[{i}]", f"names no calendar of this tenant ({cal!r}); create it "
+                                                       "with POST /v1/calendars first"))
+
+
 def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
     """The compiled recurrence of a stored version; a schedule that no longer compiles (a tzdata
     change, decision 0087) is a problem naming ``schedule``: the client must send a new one."""
@@ -207,5 +215,6 @@ def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
         return None
 
 
-__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "compile_schedule", "name",
+__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "calendar_problems",
+           "compile_schedule", "name",
            "next_instant", "payload", "policies", "retry", "schedule_error", "stored_recurrence", "target_problem"]
