@@ -24,6 +24,8 @@ CRON_SUBFIELDS = frozenset({"second", "minute", "hour", "day-of-month", "month",
 def member_field(i: int, exc: RecurrenceError) -> tuple[str, str]:
     """A member's problem named as the client wrote it: ``schedule.specs[i].<field>`` (cron sub-field
     problems on ``schedule.specs[i].cron``, as for a single schedule)."""
+    if exc.field == "schedule":
+        return f"schedule.specs[{i}]", exc.problem
     sub = exc.field.removeprefix("schedule.")
     if sub in CRON_SUBFIELDS:
         return f"schedule.specs[{i}].cron", f"{sub}: {exc.problem}"
