@@ -35,7 +35,7 @@ router = APIRouter(prefix="/v1/calendars", tags=["management"],
 _DATE = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$"
 _CURSOR = r"^c\.[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 CalendarName = Annotated[str, Field(pattern=CALENDAR_NAME_PATTERN, max_length=64)]
-CalendarCursor = Annotated[str, Field(json_schema_extra={"pattern": _CURSOR})]
+CalendarCursor = Annotated[str, Field(pattern=_CURSOR)]
 
 
 def _absent(**kw: Any) -> Any:
