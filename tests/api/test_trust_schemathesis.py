@@ -72,8 +72,8 @@ _OUT_OF_CALENDAR = "must be an instant within the years 0001-9999 in UTC"
 _WINDOW = (("from", (_OUT_OF_CALENDAR, "must be earlier than `to`")),
            ("to", (_OUT_OF_CALENDAR, "must be later than `from`")))
 #: Operation → the (field, problem prefixes) a schema-valid request may still be refused for (422).
-#: A field ending in "." (or "[": a list's items) covers its sub-fields; a problem matches when it contains one of the phrases
-#: ("" matches any problem of that field).
+#: A field ending in "." (or "[": a list's items) covers its sub-fields; a problem matches when it contains
+#: one of the phrases ("" matches any problem of that field).
 INEXPRESSIBLE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "POST /v1/targets": (("url", ("",)), ("name", ("",))),
     "POST /v1/principals": (_NAME,),
@@ -155,7 +155,8 @@ def _with_real_ids(case: Any) -> None:
 def inexpressible(operation: str, field: str, problem: str) -> bool:
     """Whether ``(field, problem)`` of a 422 to ``operation`` breaks one of :data:`INEXPRESSIBLE`'s rules."""
     for name, starts in INEXPRESSIBLE.get(operation, ()):
-        if (field == name or (name.endswith((".", "[")) and field.startswith(name))) and any(p in problem for p in starts):
+        covers = field == name or (name.endswith((".", "[")) and field.startswith(name))
+        if covers and any(p in problem for p in starts):
             return True
     return False
 

@@ -9,6 +9,7 @@ member keeps its own DST rules, the union's window bounds every member.
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -67,7 +68,7 @@ def test_union_instants_strictly_increase_without_duplicates(specs: list[dict[st
     union = compile_spec({"specs": specs})
     occs = preview(union, after, 40)
     instants = [o.instant for o in occs]
-    assert all(a < b for a, b in zip(instants, instants[1:], strict=False)), instants
+    assert all(a < b for a, b in itertools.pairwise(instants)), instants
     assert len(set(instants)) == len(instants)
     assert all(o.specs for o in occs)   # every instant names the spec(s) that produced it
     # Every member instant in the covered span is in the union (nothing lost by the dedup).

@@ -21,13 +21,14 @@ from dataclasses import replace
 
 from fireledger.domain.keys import from_us
 from fireledger.domain.model import Decision, FireState, NewFire
+from fireledger.errors import FireledgerError
 from fireledger.recurrence import Calendar, compile_calendar, excluded, exclusion_cause, format_specs
 from fireledger.store import Store
 
 Matched = Callable[[int], tuple[int, ...]]
 
 
-class MissingCalendar(LookupError):
+class MissingCalendar(FireledgerError, LookupError):
     """A schedule names a calendar its tenant does not have."""
 
 
