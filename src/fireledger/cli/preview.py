@@ -3,7 +3,8 @@
 ``--explain`` first says the schedule in words, with what DST does to it in the year after
 ``--from`` (with ``--json``: an object ``{"explanation": …, "instants": […]}`` instead of the array).
 ``--schedule JSON`` takes a schedule object as the API does (several specs included: each instant then
-names the specs that produce it, decision 0155). Bad input prints one line ``fireledger: preview: <flag>: <problem>`` and exits 2.
+names the specs that produce it, decision 0155). Bad input prints one line
+``fireledger: preview: <flag>: <problem>`` and exits 2.
 """
 
 from __future__ import annotations
