@@ -26,6 +26,8 @@ from fireledger.recurrence import Calendar, compile_calendar, excluded, exclusio
 from fireledger.store import Store
 
 Matched = Callable[[int], tuple[int, ...]]
+#: One batch's calendar reads, by (tenant, the names a schedule lists).
+BatchCalendars = dict[tuple[str, tuple[str, ...]], dict[tuple[str, str], Calendar]]
 
 
 class MissingCalendar(FireledgerError, LookupError):
@@ -93,4 +95,4 @@ def annotate(d: Decision, matched: Matched | None, calendars: Sequence[Calendar]
     return replace(d, fires=tuple(fires))
 
 
-__all__ = ["CalendarCache", "Matched", "MissingCalendar", "annotate", "calendars_for", "exclude_fire"]
+__all__ = ["BatchCalendars", "CalendarCache", "Matched", "MissingCalendar", "annotate", "calendars_for", "exclude_fire"]

@@ -36,7 +36,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from fireledger.clock import Clock, Interval
 from fireledger.domain.keys import FireKey, from_us
@@ -60,7 +59,7 @@ from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instan
 from fireledger.settings import process_env
 from fireledger.store import Store, is_database_error
 
-from .exclusions import CalendarCache, annotate, calendars_for
+from .exclusions import BatchCalendars, CalendarCache, annotate, calendars_for
 from .leases import LeaseManager, Ownership
 from .plans import Plan, VersionPlans, gc_paused
 
@@ -181,7 +180,7 @@ class TimingLoop:
         decisions: list[Decision] = []
         failures: list[RowFailure] = []
         checked: list[tuple[int, DueRow, Policies]] = []   # overlap skip/queue with a fire to dispatch
-        cals: dict[tuple[str, tuple[str, ...]], Any] = {}   # this batch's calendar reads (0156), on first need
+        cals: BatchCalendars = {}   # this batch's calendar reads (decision 0156), made on first need
         allow = OverlapPolicy.ALLOW
         for row in sorted(rows, key=_by_trigger):
             try:
@@ -205,7 +204,7 @@ class TimingLoop:
             self._apply_overlap(decisions, checked, earliest_us)
         return decisions, failures
 
-    def _annotate(self, d: Decision, row: DueRow, p: Plan, cals: dict[tuple[str, tuple[str, ...]], Any]) -> Decision:
+    def _annotate(self, d: Decision, row: DueRow, p: Plan, cals: BatchCalendars) -> Decision:
         """Matched specs recorded and calendar exclusions applied (:mod:`.exclusions`); the calendars
         are read once per batch for each tenant and set of names (read at every batch: a change is
         seen by the next decision, decision 0157)."""
