@@ -230,6 +230,8 @@ def dry_run_policy(trigger_id: str, body: PolicyPatch, principal: Principal = De
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     found = triggers._lookup(ctx, principal, trigger_id)
     fields = body.model_fields_set
+    if not fields:   # the schema's minProperties, as PATCH …/policy refuses it
+        raise invalid([("body", "names no policy field to change")])
     errors: list[tuple[str, str]] = []
     proposed = checks.policies({f: getattr(body, f) for f in fields}, found.version.policies, errors)
     if errors:
