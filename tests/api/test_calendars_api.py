@@ -177,3 +177,17 @@ def test_a_calendar_gone_at_decision_time_pauses_the_trigger(api: Api) -> None:
     assert got["state"] == "paused" and "calendar 'cal'" in got["pause_reason"]
     [fire] = _fires(s, trig["id"])
     assert fire["state"] == "failed" and "calendar 'cal'" in str(fire["cause"])
+
+
+def test_dry_run_of_several_specs_lists_the_union(api: Api) -> None:
+    _, s = api.tenant("acme")
+    tg = s.target()["id"]
+    body = {"name": "n", "target_id": tg, "schedule": {"specs": [{"cron": "0 13 * * *"}, {"every": "1h"}]}}
+    dry = s.post("/v1/triggers/dry-run", params={"count": 3}, json=body).json()
+    # The interval is anchored at the dry run's instant (12:00Z): 13:00 is on both specs.
+    assert [(i["instant"][11:16], i["specs"], i["excluded"]) for i in dry["items"]] == [
+        ("13:00", [0, 1], None), ("14:00", [1], None), ("15:00", [1], None)]
+    assert dry["definition"]["schedule"]["specs"][1]["anchor"] == "2026-03-27T12:00:00Z"
+    assert any("without an anchor" in n for n in dry["notes"])
+    bad = {**body, "schedule": {"specs": [{"cron": "0 13 * * *"}, {"cron": "0 0 31 2 *"}]}}
+    assert_problem(s.post("/v1/triggers/dry-run", json=bad), 422, "schedule.specs[1].cron")

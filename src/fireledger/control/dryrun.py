@@ -169,7 +169,9 @@ def dry_run_create(body: TriggerCreate, count: int = Query(10, ge=1, le=1000),
         items.append({**item, "smeared": smeared,
                       "dispatch_window_end": instant(at + jitter_us) if smeared else None})
     notes = ["nothing was stored: POST /v1/triggers with the same body creates the trigger"]
-    if "every" in body.schedule and "anchor" not in body.schedule:
+    specs = body.schedule.get("specs")
+    parts = [body.schedule, *(specs if isinstance(specs, list) else [])]
+    if any(isinstance(p, dict) and "every" in p and "anchor" not in p for p in parts):
         notes.append("an interval without an anchor starts at the dry run's instant; create with the "
                      "returned schedule (which carries the anchor) to get exactly these instants")
     return {
