@@ -22,9 +22,11 @@ from fireledger.recurrence import (
     IntervalRecurrence,
     OneShotRecurrence,
     Recurrence,
+    UnionRecurrence,
     compile_spec,
     next_after,
 )
+from fireledger.recurrence.union import matched_us, union_next_fn
 
 _CACHE: OrderedDict[tuple[str, int], Recurrence] = OrderedDict()
 _LOCK = Lock()
@@ -117,11 +119,14 @@ def next_fn(rec: Recurrence) -> NextFn:
     """``partial(next_us, rec)``, equal to it for every ``after_us``, in integer arithmetic where the
     recurrence allows (intervals and one-shots: no datetime per call — the timing loop calls it once
     per fire); cron schedules, wall-time rules, go through :func:`next_us`. Build it once per
-    compiled recurrence (the timing loop caches it with the version)."""
+    compiled recurrence (the timing loop caches it with the version). A union's: the minimum of its
+    members' (decision 0155)."""
     slow: NextFn = partial(next_us, rec)
     w = rec.window
     nb = None if w.not_before is None else to_us(w.not_before)
     na = None if w.not_after is None else to_us(w.not_after)
+    if isinstance(rec, UnionRecurrence):
+        return union_next_fn([next_fn(m) for m in rec.members], nb, na)
     if isinstance(rec, IntervalRecurrence):
         anchor, every = to_us(rec.anchor), rec.every // _US
 
@@ -146,3 +151,12 @@ def next_fn(rec: Recurrence) -> NextFn:
 
         return once
     return slow
+
+
+def matched_fn(rec: Recurrence) -> Callable[[int], tuple[int, ...]] | None:
+    """For a union: the function giving the indexes of the specs an instant (µs) came from; None for
+    a single-spec schedule (decision 0155)."""
+    if not isinstance(rec, UnionRecurrence):
+        return None
+    fns = [next_fn(m) for m in rec.members]
+    return partial(matched_us, fns)

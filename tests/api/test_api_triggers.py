@@ -224,18 +224,20 @@ def test_preview_uses_the_compiler_and_declares_dst(api: Api) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["tzdata_version"] == TZDATA_VERSION
+    plain = {"specs": None, "excluded": None}   # one spec, no calendars
     assert body["items"] == [
-        {"instant": "2026-03-28T01:30:00Z", "local": "2026-03-28T02:30:00", "dst": None},
+        {"instant": "2026-03-28T01:30:00Z", "local": "2026-03-28T02:30:00", "dst": None, **plain},
         # 02:30 does not exist on 29 March in Paris: fires when the clock jumps (01:00Z).
-        {"instant": "2026-03-29T01:00:00Z", "local": "2026-03-29T02:30:00", "dst": "gap"},
-        {"instant": "2026-03-30T00:30:00Z", "local": "2026-03-30T02:30:00", "dst": None},
+        {"instant": "2026-03-29T01:00:00Z", "local": "2026-03-29T02:30:00", "dst": "gap", **plain},
+        {"instant": "2026-03-30T00:30:00Z", "local": "2026-03-30T02:30:00", "dst": None, **plain},
     ]
     assert body["items"][0]["instant"] == t["next_instant"]
     assert len(s.get(f"/v1/triggers/{t['id']}/preview").json()["items"]) == 10
     assert len(s.get(f"/v1/triggers/{t['id']}/preview", params={"count": 1000}).json()["items"]) == 1000
     once = s.trigger(tg["id"], {"at": "2026-04-01T08:00:00Z", "zone": "Europe/Paris"})
     items = s.get(f"/v1/triggers/{once['id']}/preview", params={"count": 5}).json()["items"]
-    assert items == [{"instant": "2026-04-01T08:00:00Z", "local": "2026-04-01T10:00:00", "dst": None}]
+    assert items == [{"instant": "2026-04-01T08:00:00Z", "local": "2026-04-01T10:00:00", "dst": None,
+                      "specs": None, "excluded": None}]
 
 
 def test_run_is_offered_to_authors_only(api: Api) -> None:

@@ -49,8 +49,8 @@ def test_client_covers_every_v1_operation_and_matches_its_models(api: Api) -> No
 
 def test_a_disagreement_names_the_operation_and_the_field(api: Api) -> None:
     doc = copy.deepcopy(_schema(api))
-    doc["paths"]["/v1/calendars"] = {"post": {
-        "operationId": "create_calendar_v1_calendars_post",
+    doc["paths"]["/v1/widgets"] = {"post": {
+        "operationId": "create_widget_v1_widgets_post",
         "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyPatch"}}}},
         "responses": {"201": {"content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/TriggerView"}}}}},
@@ -60,8 +60,8 @@ def test_a_disagreement_names_the_operation_and_the_field(api: Api) -> None:
         p for p in doc["paths"]["/v1/targets"]["get"]["parameters"] if p["name"] != "cursor"]
     del doc["paths"]["/v1/audit"]
     found = disagreements(doc)
-    assert found[0] == ('missing: POST /v1/calendars (operationId create_calendar_v1_calendars_post): add to '
-                        'fireledger.client.ops.Operations: create_calendar = Op[TriggerView]("POST", "/v1/calendars", '
+    assert found[0] == ('missing: POST /v1/widgets (operationId create_widget_v1_widgets_post): add to '
+                        'fireledger.client.ops.Operations: create_widget = Op[TriggerView]("POST", "/v1/widgets", '
                         'TriggerView, body=PolicyPatch)')
     assert "stale: GET /v1/audit (list_audit) is not in the schema" in found
     assert ("GET /v1/targets (list_targets): query parameters ['cursor', 'limit'] in the client, ['limit'] "

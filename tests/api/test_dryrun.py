@@ -99,7 +99,7 @@ def test_dry_run_instants_are_the_preview_and_what_the_timing_loop_fires(api: Ap
     t = s.post("/v1/triggers", json=body).json()
     assert t["schedule"] == d["schedule"] and t["next_instant"] == dry["next_instant"]
     preview = s.get(f"/v1/triggers/{t['id']}/preview", params={"count": 5}).json()["items"]
-    assert preview == [{k: i[k] for k in ("instant", "local", "dst")} for i in dry["items"]]
+    assert preview == [{k: i[k] for k in ("instant", "local", "dst", "specs", "excluded")} for i in dry["items"]]
     # And the timing loop fires exactly those instants, each dispatched inside the reported window.
     loop = TimingLoop(api.store, api.clock, "node-a")
     fired = []

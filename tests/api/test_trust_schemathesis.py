@@ -25,6 +25,9 @@ the list, field by field):
 * ``POST /v1/queues/{target_id}/pull``: the bounds of ``visibility_timeout`` (1s to 12h).
 * ``PATCH /v1/tenant/quota``: ``fires_per_s`` and ``inflight`` above the operator's ceiling
   (``FIRELEDGER_MAX_QUOTA_*``, read per request: the schema cannot know it).
+* ``POST /v1/calendars``, ``PUT /v1/calendars/{name}``: ``entries[i].…`` — a date that exists, a
+  zone that exists, a 5-field cron that parses, ``to`` not before ``from`` (across two fields), a
+  printable label.
 * ``GET /v1/fires``, ``GET /v1/triggers/{trigger_id}/fires``, ``GET /v1/triggers/{trigger_id}/lateness``,
   ``GET /v1/reports/smearing``, ``GET /v1/reports/delivery``, ``POST /v1/triggers/{trigger_id}/backfill``,
   ``GET /v1/dead-letters``, ``POST /v1/dead-letters/redrive``: ``to`` later than
@@ -73,8 +76,8 @@ _OUT_OF_CALENDAR = "must be an instant within the years 0001-9999 in UTC"
 _WINDOW = (("from", (_OUT_OF_CALENDAR, "must be earlier than `to`")),
            ("to", (_OUT_OF_CALENDAR, "must be later than `from`")))
 #: Operation → the (field, problem prefixes) a schema-valid request may still be refused for (422).
-#: A field ending in "." covers its sub-fields; a problem matches when it contains one of the phrases
-#: ("" matches any problem of that field).
+#: A field ending in "." (or "[": a list's items) covers its sub-fields; a problem matches when it contains
+#: one of the phrases ("" matches any problem of that field).
 INEXPRESSIBLE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "POST /v1/targets": (("url", ("",)), ("name", ("",))),
     "POST /v1/principals": (_NAME,),
@@ -94,6 +97,8 @@ INEXPRESSIBLE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "GET /v1/reports/delivery": (*_WINDOW, ("from", ("must not be before", "the window may span")),
                                  ("to", ("must be after",))),
     "POST /v1/triggers/{trigger_id}/backfill": (*_WINDOW, ("from", ("",)), ("to", ("",))),
+    "POST /v1/calendars": (("entries[", ("",)),),
+    "PUT /v1/calendars/{name}": (("entries[", ("",)),),
     "GET /v1/dead-letters": _WINDOW,
     "POST /v1/dead-letters/redrive": _WINDOW,
 }
@@ -158,7 +163,8 @@ def _with_real_ids(case: Any) -> None:
 def inexpressible(operation: str, field: str, problem: str) -> bool:
     """Whether ``(field, problem)`` of a 422 to ``operation`` breaks one of :data:`INEXPRESSIBLE`'s rules."""
     for name, starts in INEXPRESSIBLE.get(operation, ()):
-        if (field == name or (name.endswith(".") and field.startswith(name))) and any(p in problem for p in starts):
+        covers = field == name or (name.endswith((".", "[")) and field.startswith(name))
+        if covers and any(p in problem for p in starts):
             return True
     return False
 

@@ -47,6 +47,9 @@ GOOD: dict[str, list[str]] = {
     "explain-json": ["--expr", "0 30 1 * * *", "--zone", "Europe/London", "--from", "2026-01-01T00:00:00Z",
                      "--count", "1", "--json", "--explain"],
     "explain-table": ["--expr", "0 9 15W * ?", "--from", "2026-01-01T00:00:00Z", "--count", "2", "--explain"],
+    # Several specs (decision 0155): the union, each instant naming its specs.
+    "json-union": ["--schedule", '{"specs": [{"cron": "0 * * * *", "zone": "Europe/London"}, {"every": "90m", '
+                   '"anchor": "2026-03-28T00:00:00Z"}]}', "--from", "2026-03-28T23:59:00Z", "--count", "4", "--json"],
 }
 
 BAD: dict[str, tuple[list[str], str]] = {
@@ -69,6 +72,9 @@ BAD: dict[str, tuple[list[str], str]] = {
     "bad-every-huge": (["--every", "99999999999999999999d"], "--every"),
     "bad-every-text": (["--every", "often"], "--every"),
     "bad-at": (["--at", "noon"], "--at"),
+    "bad-schedule-spec": (["--schedule", '{"specs": [{"cron": "0 9 * * *"}, {"cron": "0 0 * * 8"}]}'],
+                          "--schedule: schedule.specs[1].cron: day-of-week: 8 is out of range 0-7"),
+    "bad-schedule-json": (["--schedule", "{specs"], "--schedule: is not JSON"),
     "unknown-option": (["--expr", "* * * * *", "--bogus"], "--bogus"),
     "no-form": (["--count", "3"], "exactly one of --expr, --every, --at"),
     "two-forms": (["--expr", "* * * * *", "--at", "2026-01-01T00:00:00Z"], "exactly one of --expr, --every, --at"),
@@ -190,3 +196,11 @@ def test_bad_input_is_one_line_exit_2(runs: dict[str, Run], case: str) -> None:
     assert lines[0].startswith("fireledger:"), run.err
     assert expected in lines[0]
     assert run.out == ""
+
+
+def test_json_union_names_the_specs_of_each_instant(runs: dict[str, Run]) -> None:
+    data = _json(runs["json-union"])
+    # 01:00 London does not exist on 2026-03-29 (fires at the jump, 01:00Z); 03:00Z is on both specs.
+    assert [(d["instant"], d["specs"], d.get("dst")) for d in data] == [
+        ("2026-03-29T00:00:00Z", [0, 1], None), ("2026-03-29T01:00:00Z", [0], "gap"),
+        ("2026-03-29T01:30:00Z", [1], None), ("2026-03-29T02:00:00Z", [0], None)]

@@ -2,7 +2,9 @@
 
 ``--explain`` first says the schedule in words, with what DST does to it in the year after
 ``--from`` (with ``--json``: an object ``{"explanation": …, "instants": […]}`` instead of the array).
-Bad input prints one line ``fireledger: preview: <flag>: <problem>`` and exits 2.
+``--schedule JSON`` takes a schedule object as the API does (several specs included: each instant then
+names the specs that produce it, decision 0155). Bad input prints one line
+``fireledger: preview: <flag>: <problem>`` and exits 2.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,6 +24,7 @@ from fireledger.recurrence import (
     compile_cron,
     compile_interval,
     compile_once,
+    compile_spec,
     explain_schedule,
     format_instant,
     parse_instant,
@@ -43,6 +46,10 @@ def preview_cmd(
         "--expr", help="Cron expression: 5 fields, 6 with leading seconds, 7 with seconds and a year.")] = None,
     every: Annotated[str | None, typer.Option("--every", help="Interval, e.g. 90s, 15m.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="One-shot instant (RFC 3339).")] = None,
+    schedule: Annotated[str | None, typer.Option(
+        "--schedule", help='A schedule object as the API takes it (JSON), e.g. several specs: '
+                           '{"specs": [{"cron": "0 9 * * *"}, {"every": "6h"}]}; each instant names its specs.',
+    )] = None,
     zone: Annotated[str, typer.Option("--zone", help="IANA zone the wall time is read in.")] = "UTC",
     from_: Annotated[
         str | None, typer.Option("--from", help="Start after this RFC 3339 instant (default: now).")
@@ -53,15 +60,18 @@ def preview_cmd(
         "--explain", help="Say the schedule in words, with what DST does to it in the year after --from.")] = False,
 ) -> None:
     """Show the next instants of a schedule, computed by the same code as the timing loop."""
-    forms = [name for name, v in (("--expr", expr), ("--every", every), ("--at", at)) if v is not None]
+    forms = [name for name, v in (("--expr", expr), ("--every", every), ("--at", at), ("--schedule", schedule))
+             if v is not None]
     if len(forms) != 1:
-        fail("give exactly one of --expr, --every, --at")
+        fail("give exactly one of --expr, --every, --at, --schedule")
     if not 1 <= count <= 10_000:
         fail(f"--count: {count} is out of range 1-10000")
     rec: Recurrence
     try:
         start = parse_instant(from_, "--from") if from_ is not None else datetime.now(UTC)
-        if expr is not None:
+        if schedule is not None:
+            rec = compile_spec(_schedule_json(schedule), default_anchor=start)
+        elif expr is not None:
             rec = compile_cron(expr, zone)
         elif every is not None:
             rec = compile_interval(every, start, zone)
@@ -71,7 +81,8 @@ def preview_cmd(
         occurrences = preview(rec, start, count)
     except RecurrenceError as exc:
         flags = {"cron": "--expr", "zone": "--zone", "every": "--every", "at": "--at", "--from": "--from"}
-        where = flags.get(exc.field, f"--expr: {exc.field}")
+        where = (f"--schedule: {exc.field}" if schedule is not None and exc.field != "--from"
+                 else flags.get(exc.field, f"--expr: {exc.field}"))
         fail(f"{where}: {exc.problem}")
     text = explain_schedule(rec, start) if explain else None
     if as_json:
@@ -83,12 +94,21 @@ def preview_cmd(
     _table(occurrences, zone, getattr(rec, "zone", UTC))
 
 
+def _schedule_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        fail("--schedule: is not JSON (a schedule object as the API takes it)")
+
+
 def _item(occ: Occurrence) -> dict[str, object]:
     item: dict[str, object] = {"instant": format_instant(occ.instant), "tzdata_version": TZDATA_VERSION}
     if occ.wall is not None:
         item["local"] = occ.wall.replace(tzinfo=None).isoformat()
     if occ.note:
         item["dst"] = occ.note
+    if occ.specs:
+        item["specs"] = list(occ.specs)
     return item
 
 
@@ -103,8 +123,9 @@ def _table(occurrences: Sequence[Occurrence], zone: str, tz: tzinfo) -> None:
     table.add_column("note")
     for i, occ in enumerate(occurrences, 1):
         wall = occ.instant.astimezone(tz)
-        table.add_row(str(i), format_instant(occ.instant), wall.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                      _NOTES.get(occ.note or "", ""))
+        specs = f"specs {', '.join(map(str, occ.specs))}" if occ.specs else ""
+        note = "; ".join(p for p in (specs, _NOTES.get(occ.note or "", "")) if p)
+        table.add_row(str(i), format_instant(occ.instant), wall.strftime("%Y-%m-%d %H:%M:%S %Z"), note)
     Console().print(table)
     if not occurrences:
         typer.echo("the schedule has no instants after --from")

@@ -28,6 +28,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from fireledger.control.audit import AuditPage
 from fireledger.control.backfill import BackfillRequest, BackfillView
+from fireledger.control.calendars import CalendarCreate, CalendarPage, CalendarReplace, CalendarView
 from fireledger.control.deadletters import BulkRedrive, BulkRedriveResult, DeadLetterPage
 from fireledger.control.declared import TRIGGERS_SCHEMA_PATH
 from fireledger.control.dryrun import DryRunCreate, PolicyDryRun
@@ -170,6 +171,11 @@ class Operations:
 
     # targets
     create_target = Op[TargetCreatedOut]("POST", "/v1/targets", TargetCreatedOut, body=TargetCreate)
+    list_calendars = Op[CalendarPage]("GET", "/v1/calendars", CalendarPage, query=_PAGE)
+    get_calendar = Op[CalendarView]("GET", "/v1/calendars/{name}", CalendarView)
+    create_calendar = Op[CalendarView]("POST", "/v1/calendars", CalendarView, body=CalendarCreate)
+    replace_calendar = Op[CalendarView]("PUT", "/v1/calendars/{name}", CalendarView, body=CalendarReplace)
+    delete_calendar = Op[None]("DELETE", "/v1/calendars/{name}", type(None))
     list_targets = Op[TargetPageOut]("GET", "/v1/targets", TargetPageOut, query=_PAGE)
     get_target = Op[TargetOut]("GET", "/v1/targets/{target_id}", TargetOut)
     delete_target = Op[None]("DELETE", "/v1/targets/{target_id}", type(None))

@@ -37,6 +37,8 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/reports/smearing``         reader    avoided-peak report of jitter smearing
 ``GET  /v1/schemas/triggers.json``    —         JSON Schema of an ``apply`` file (public; 0185)
 ``GET  /v1/reports/delivery``          reader    duplicate-delivery rate measured by the ledger
+``POST/PUT/DELETE /v1/calendars``     author    exclusion calendars (audited; 409 while named)
+``GET  /v1/calendars[/{name}]``       reader
 ====================================  ========  =================================================
 
 A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,
@@ -66,6 +68,7 @@ from fireledger.store import Store
 from . import (
     audit,
     backfill,
+    calendars,
     console,
     deadletters,
     declared,
@@ -211,6 +214,7 @@ def _include_area_routers(app: FastAPI, settings: Settings | None) -> None:
     ``/v1/triggers/{trigger_id}``). Without ``settings`` a malformed FIRELEDGER_MISS_THRESHOLD_S
     stops the build."""
     app.include_router(targets.router)
+    app.include_router(calendars.router)   # exclusion calendars (decision 0156)
     app.include_router(dryrun_router)   # POST /v1/triggers/dry-run (ahead of …/{trigger_id}), …/policy/dry-run
     app.include_router(triggers.router)
     app.include_router(triggers.fires_router)

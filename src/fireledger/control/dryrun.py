@@ -166,13 +166,16 @@ def dry_run_create(body: TriggerCreate, count: int = Query(10, ge=1, le=1000),
     checked = triggers.validate_create(ctx, principal, body, now_us)
     jitter_us = checked.policies.jitter_s * _US
     items = []
-    for item in triggers.preview_items(checked.rec, now_us, count):
+    cals = triggers.schedule_calendars(ctx, principal.tenant_id, checked.rec)
+    for item in triggers.preview_items(checked.rec, now_us, count, cals):
         at = _parse_instant(item["instant"])
         smeared = jitter_us > 0 and is_popular(at)
         items.append({**item, "smeared": smeared,
                       "dispatch_window_end": instant(at + jitter_us) if smeared else None})
     notes = ["nothing was stored: POST /v1/triggers with the same body creates the trigger"]
-    if "every" in body.schedule and "anchor" not in body.schedule:
+    specs = body.schedule.get("specs")
+    parts = [body.schedule, *(specs if isinstance(specs, list) else [])]
+    if any(isinstance(p, dict) and "every" in p and "anchor" not in p for p in parts):
         notes.append("an interval without an anchor starts at the dry run's instant; create with the "
                      "returned schedule (which carries the anchor) to get exactly these instants")
     return {
@@ -234,6 +237,8 @@ def dry_run_policy(trigger_id: str, body: PolicyPatch, principal: Principal = De
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     found = triggers._lookup(ctx, principal, trigger_id)
     fields = body.model_fields_set
+    if not fields:   # the schema's minProperties, as PATCH …/policy refuses it
+        raise invalid([("body", "names no policy field to change")])
     errors: list[tuple[str, str]] = []
     proposed = checks.policies({f: getattr(body, f) for f in fields}, found.version.policies, errors)
     if errors:

@@ -159,23 +159,43 @@ def duration_field(default: str | None, description: str, minimum: timedelta, ma
 
 def schedule_schema() -> dict[str, Any]:
     """The ``json_schema_extra`` of a schedule object: its fields, their forms and "exactly one of
-    cron, every, at". The compiler checks the rest (a cron that parses, a zone that exists, bounds)."""
+    cron, every, at, specs" (``specs``: several of the single forms, their instants united, decision
+    0155); ``calendars`` names exclusion calendars (0156). The compiler checks the rest (a cron that
+    parses, a zone that exists, bounds); the registry that each calendar exists."""
+    from fireledger.recurrence.schedule import MAX_CALENDARS
+    from fireledger.recurrence.union import MAX_SPECS
     from fireledger.security.limits import MAX_SCHEDULE_STRING
 
     text = {"type": "string", "maxLength": MAX_SCHEDULE_STRING}
     instant = {**text, "pattern": INSTANT_PATTERN, "format": "date-time"}
+    single = {"cron": {**text, "description": "5 fields, or 6 with leading seconds."},
+              "zone": {**text, "description": "An IANA zone name (default UTC)."},
+              "every": {**text, "pattern": DURATION_PATTERN,
+                        **duration_schema(timedelta(seconds=1), timedelta(days=18300), whole_seconds=True)},
+              "anchor": {**instant, "description": "every: the instant the intervals count from."},
+              "at": instant, "not_before": instant, "not_after": instant}
+    one_of = [{"required": ["cron"]}, {"required": ["every"]}, {"required": ["at"]}]
+    member = {"type": "object", "additionalProperties": False, "properties": single, "oneOf": one_of,
+              "dependentRequired": {"anchor": ["every"]}}
+    calendars = {"type": "array", "maxItems": MAX_CALENDARS, "uniqueItems": True,
+                 "items": {"type": "string", "pattern": CALENDAR_NAME_PATTERN},
+                 "description": "Exclusion calendars (/v1/calendars) whose instants this trigger skips: "
+                                "each excluded instant is recorded 'skipped' with the calendar entry as its cause."}
+    specs = {"type": "array", "minItems": 1, "maxItems": MAX_SPECS, "items": member,
+             "description": "Several specs: the trigger's instants are their union; an instant two specs "
+                            "share fires once, its fire naming the specs (indexes) that matched."}
+    union_only = {"required": ["specs"],
+                  "not": {"anyOf": [{"required": [k]} for k in ("zone", "anchor")]}}
     return {
         "additionalProperties": False,
-        "properties": {"cron": {**text, "description": "5 fields, or 6 with leading seconds."},
-                       "zone": {**text, "description": "An IANA zone name (default UTC)."},
-                       "every": {**text, "pattern": DURATION_PATTERN,
-                                 **duration_schema(timedelta(seconds=1), timedelta(days=18300),
-                                                   whole_seconds=True)},
-                       "anchor": {**instant, "description": "every: the instant the intervals count from."},
-                       "at": instant, "not_before": instant, "not_after": instant},
-        "oneOf": [{"required": ["cron"]}, {"required": ["every"]}, {"required": ["at"]}],
+        "properties": {**single, "specs": specs, "calendars": calendars},
+        "oneOf": [*one_of, union_only],
         "dependentRequired": {"anchor": ["every"]},
     }
+
+
+#: A calendar's name (``/v1/calendars/{name}``, ``schedule.calendars``).
+CALENDAR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 #: ``http`` (a verified endpoint), ``queue`` (a tenant-owned queue, /v1/queues), ``internal`` (a
@@ -198,7 +218,8 @@ def target_create_schema() -> dict[str, Any]:
 
 
 __all__ = [
-    "CURSOR_DOC", "CURSOR_HINT", "DURATION_HINT", "DURATION_PATTERN", "FIRE_CURSOR_PATTERN", "FIRE_KEY_HINT",
+    "CALENDAR_NAME_PATTERN", "CURSOR_DOC", "CURSOR_HINT", "DURATION_HINT", "DURATION_PATTERN",
+    "FIRE_CURSOR_PATTERN", "FIRE_KEY_HINT",
     "FIRE_KEY_PATTERN", "ID_CURSOR_PATTERN", "INSTANT_HINT", "INSTANT_PATTERN", "PATTERN_PROBLEMS",
     "SEQ_CURSOR_PATTERN", "STATE_LIST_HINT", "STATE_LIST_PATTERN", "TARGET_KINDS", "TENANT_CURSOR_PATTERN",
     "FireCursor", "IdCursor", "InstantText", "JsonInt", "SeqCursor", "StateList", "TenantCursor",

@@ -308,6 +308,9 @@ def _when(us: int | None) -> str | None:
 ON_TIME_US = 1_000_000
 
 _CAUSE_EXPLAINED = (
+    ("skipped: excluded by calendar", "An exclusion calendar the trigger names (schedule.calendars) "
+                                      "excludes this instant, so it was recorded and never dispatched "
+                                      "(GET /v1/calendars/{name} shows the entry)."),
     ("expired:", "It was missed (the scheduler could not decide it in time: an outage, a stalled timing "
                  "plane or a pause) and was older than the trigger's catch-up horizon when it was finally "
                  "decided, so it was recorded and never dispatched."),
@@ -379,7 +382,8 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
     lines: list[tuple[str | None, str]] = []
     sched = f"scheduled for {_when(f.scheduled_us)}"
     if version is not None:
-        zone_name = str(version.schedule.get("zone") or "UTC")
+        first = (version.schedule.get("specs") or [version.schedule])[0]
+        zone_name = str(first.get("zone") or "UTC")
         try:
             wall = from_us(f.scheduled_us).astimezone(load_zone(zone_name)).strftime("%Y-%m-%d %H:%M:%S %Z")
             sched += f" ({wall} in {zone_name})"
@@ -391,6 +395,9 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
     dst = _dst_line(f, version)
     if dst:
         lines.append((None, dst))
+    if f.specs:
+        lines.append((None, f"produced by schedule.specs {f.specs.replace(',', ', ')}: one fire for the instant "
+                            "whichever of the specs produced it"))
     decided_late = f.decided_us - f.scheduled_us
     note = f.cause[f.cause.index("overlap:"):] if f.cause and "overlap:" in f.cause else None
     released = note is not None and note.startswith("overlap: released from hold")

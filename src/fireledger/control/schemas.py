@@ -196,6 +196,12 @@ class PreviewItem(BaseModel):
     dst: Literal["gap", "fold"] | None = Field(
         description="'gap': the wall time does not exist, fires when the clock jumps; "
                     "'fold': it occurs twice, fires on the first occurrence.")
+    specs: list[int] | None = Field(
+        default=None, description="A schedule with several specs: the indexes (in schedule.specs) of the specs "
+                                  "that produce this instant; it fires once. Null for a single-spec schedule.")
+    excluded: str | None = Field(
+        default=None, description="An exclusion calendar the schedule names excludes this instant: the cause it "
+                                  "will be recorded 'skipped' with (never delivered). Null: not excluded.")
 
 
 class Preview(BaseModel):
@@ -253,6 +259,10 @@ class FireView(BaseModel):
         description="Set when this fire's instant came from a wall time the zone skipped (gap) or from the first "
                     "pass of a repeated one (fold), as decided with the instant (cron schedules only). Null: an "
                     "ordinary wall time, an interval or one-shot, or a fire decided before labels were recorded.")
+    specs: list[int] | None = Field(
+        default=None, description="A schedule with several specs (schedule.specs): the indexes of the specs whose "
+                                  "instants include this one (two specs on one instant make one fire). Null "
+                                  "for a single-spec schedule.")
     redriven_at: str | None = Field(
         default=None, description="When this fire was last redriven (POST /v1/fires/{key}/redrive): the attempts "
                                   "after that instant are the redrive's. Null: never redriven.")

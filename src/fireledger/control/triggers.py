@@ -25,10 +25,20 @@ from pydantic import BaseModel
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Principal
-from fireledger.recurrence import Recurrence, RecurrenceError, format_instant, load_zone, preview
+from fireledger.recurrence import (
+    Calendar,
+    Recurrence,
+    RecurrenceError,
+    excluded,
+    exclusion_cause,
+    format_instant,
+    load_zone,
+    preview,
+)
 from fireledger.registry import Current, Definition, Registry
 from fireledger.registry.checks import MAX_PAYLOAD_BYTES, POLICY_FIELDS, schedule_error
 from fireledger.security.digests import stored_payload_digest
+from fireledger.timing.exclusions import CalendarCache
 
 from . import history
 from .auth import check_role, require
@@ -190,13 +200,26 @@ def preview_trigger(trigger_id: str, count: int = Query(10, ge=1, le=1000),
                     principal: Principal = Depends(require("reader")),
                     ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     found = _lookup(ctx, principal, trigger_id)
-    items = preview_items(recurrence_of(found.version), ctx.now_us(), count)
+    rec = recurrence_of(found.version)
+    items = preview_items(rec, ctx.now_us(), count, schedule_calendars(ctx, principal.tenant_id, rec))
     return {"items": items, "tzdata_version": found.version.tzdata_version}
 
 
-def preview_items(rec: Recurrence, after_us: int, count: int) -> list[dict[str, Any]]:
+def schedule_calendars(ctx: ApiContext, tenant_id: str, rec: Recurrence) -> list[Calendar]:
+    """The compiled calendars ``rec`` names, as the timing plane reads them now (a missing one is left
+    out: the timing plane would pause the trigger for it)."""
+    if not rec.calendars:
+        return []
+    read = CalendarCache(ctx.store).read([(tenant_id, n) for n in rec.calendars])
+    return [read[(tenant_id, n)] for n in rec.calendars if (tenant_id, n) in read]
+
+
+def preview_items(rec: Recurrence, after_us: int, count: int,
+                  calendars: list[Calendar] | None = None) -> list[dict[str, Any]]:
     """The next ``count`` instants of ``rec`` strictly after ``after_us`` with their wall time and DST
-    note — the recurrence's own ``next_after``, as the timing loop uses (also the create dry-run's)."""
+    note — the recurrence's own ``next_after``, as the timing loop uses (also the create dry-run's);
+    of a union, the specs that produced each (``specs``); an instant one of ``calendars`` excludes is
+    listed with the cause it would be recorded ``skipped`` with (``excluded``)."""
     try:
         occurrences = preview(rec, from_us(after_us), count)
     except RecurrenceError as exc:
@@ -205,8 +228,11 @@ def preview_items(rec: Recurrence, after_us: int, count: int) -> list[dict[str, 
     items = []
     for occ in occurrences:
         wall = occ.wall if occ.wall is not None else occ.instant.astimezone(zone)
+        hit = excluded(calendars, occ.instant) if calendars else None
         items.append({"instant": format_instant(occ.instant),
-                      "local": wall.replace(tzinfo=None).isoformat(), "dst": occ.note})
+                      "local": wall.replace(tzinfo=None).isoformat(), "dst": occ.note,
+                      "specs": list(occ.specs) if occ.specs else None,
+                      "excluded": exclusion_cause(*hit) if hit else None})
     return items
 
 

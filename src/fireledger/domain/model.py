@@ -195,6 +195,7 @@ class NewFire:
     eps_us: int | None = None          # the clock bound ε in force at the decision (invariant 18)
     eps_source: str | None = None      # who vouched for it: kernel, declared, kernel+postgres, …
     dst: str | None = None             # "gap <wall>" / "fold <wall>": the instant's DST label (decision 0160)
+    specs: str | None = None           # several specs (0155): the indexes that produced it, "0,2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +280,7 @@ class Fire:
     next_attempt_us: int | None
     eps_us: int | None = None           # ε at the decision and its source (None: not recorded)
     eps_source: str | None = None
+    specs: str | None = None            # several specs (0155): the indexes that produced it, "0,2"
     attempt_list: tuple[Attempt, ...] = field(default=())
     #: A redriven fire (decision 0148): the attempts made before its latest redrive (its retry policy
     #: counts the attempts after them) and when that redrive was made (None: never redriven).

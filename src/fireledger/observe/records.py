@@ -22,7 +22,7 @@ from typing import Any
 
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire
-from fireledger.recurrence import format_instant, parse_dst_label
+from fireledger.recurrence import format_instant, parse_dst_label, parse_specs
 
 __all__ = ["archive_record", "fire_record", "instant"]
 
@@ -51,6 +51,7 @@ def fire_record(f: Fire) -> dict[str, Any]:
         "eps_s": None if f.eps_us is None else f.eps_us / 1e6,
         "eps_source": f.eps_source,
         "dst": parse_dst_label(f.dst),
+        "specs": parse_specs(f.specs),
         "lateness_s": None if f.dispatched_us is None else (f.dispatched_us - f.scheduled_us) / 1e6,
         "redriven_at": instant(f.redriven_us),
         "attempts": [

@@ -18,7 +18,7 @@ from cronsim.explain import Expression, join, ordinal
 from .cron import CronFields, WallMatcher
 from .errors import NoMatchError
 from .instants import format_duration, format_instant
-from .schedule import CronRecurrence, IntervalRecurrence, Recurrence, _transition
+from .schedule import CronRecurrence, IntervalRecurrence, Recurrence, UnionRecurrence, _transition
 
 _DAY = timedelta(days=1)
 _ONE_S = timedelta(seconds=1)
@@ -26,7 +26,11 @@ _ONE_S = timedelta(seconds=1)
 
 def explain(rec: Recurrence, at: datetime) -> str:
     """One paragraph: what the schedule fires on, in which zone, and what DST does to it in the
-    year after ``at`` (aware)."""
+    year after ``at`` (aware). A union (several specs): each spec's paragraph, numbered as in
+    ``specs``, and that an instant two specs share fires once."""
+    if isinstance(rec, UnionRecurrence):
+        parts = [f"spec {i}: {explain(m, at)}" for i, m in enumerate(rec.members)]
+        return f"The union of {len(parts)} specs (an instant two of them share fires once): " + " | ".join(parts)
     if isinstance(rec, CronRecurrence):
         return f"{explain_fields(rec.matcher.fields)}, in {rec.zone_name}; DST: {_dst(rec, at)}"
     if isinstance(rec, IntervalRecurrence):

@@ -17,7 +17,7 @@ Intervals are absolute durations from an anchor and ignore wall time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 from .cron import WallMatcher
 from .errors import NoMatchError, RecurrenceError
 from .instants import format_duration, format_instant, parse_duration, parse_instant
+from .union import MAX_SPECS, earliest, member_field, renamed
 from .zones import load_zone
 
 _ONE_US = timedelta(microseconds=1)
@@ -50,6 +51,8 @@ class Occurrence:
     instant: datetime
     wall: datetime | None
     note: Note = None
+    #: Of a union (``schedule.specs``): the indexes of the specs that produced this instant.
+    specs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +72,11 @@ class CronRecurrence:
     window: Window
     zone: ZoneInfo = field(repr=False, compare=False)
     matcher: WallMatcher = field(repr=False, compare=False)
+    calendars: tuple[str, ...] = ()
     kind: Literal["cron"] = "cron"
 
     def spec(self) -> dict[str, Any]:
-        return _with_window({"cron": self.expression, "zone": self.zone_name}, self.window)
+        return _with_window({"cron": self.expression, "zone": self.zone_name}, self.window, self.calendars)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +87,14 @@ class IntervalRecurrence:
     anchor: datetime
     zone_name: str
     window: Window
+    calendars: tuple[str, ...] = ()
     kind: Literal["interval"] = "interval"
 
     def spec(self) -> dict[str, Any]:
         return _with_window(
             {"every": format_duration(self.every), "anchor": format_instant(self.anchor),
              "zone": self.zone_name},
-            self.window,
+            self.window, self.calendars,
         )
 
 
@@ -100,20 +105,45 @@ class OneShotRecurrence:
     at: datetime
     zone_name: str
     window: Window
+    calendars: tuple[str, ...] = ()
     kind: Literal["once"] = "once"
 
     def spec(self) -> dict[str, Any]:
-        return _with_window({"at": format_instant(self.at), "zone": self.zone_name}, self.window)
+        return _with_window({"at": format_instant(self.at), "zone": self.zone_name}, self.window, self.calendars)
 
 
-Recurrence = CronRecurrence | IntervalRecurrence | OneShotRecurrence
+@dataclass(frozen=True, slots=True)
+class UnionRecurrence:
+    """Several specs (decision 0155): the union of ``members`` (in ``specs`` order), bounded by
+    ``window``. Its next instant is the minimum of its members' (each with its own zone, DST rules and
+    window); an instant two members share is one instant (:func:`next_occurrence` names them)."""
+
+    members: tuple[SingleRecurrence, ...]
+    window: Window
+    calendars: tuple[str, ...] = ()
+    kind: Literal["union"] = "union"
+
+    @property
+    def zone_name(self) -> str:
+        """The first member's zone."""
+        return self.members[0].zone_name
+
+    def spec(self) -> dict[str, Any]:
+        return _with_window({"specs": [m.spec() for m in self.members]}, self.window, self.calendars)
 
 
-def _with_window(d: dict[str, Any], w: Window) -> dict[str, Any]:
+#: One spec: what a single-spec schedule compiles to, and each member of a union.
+SingleRecurrence = CronRecurrence | IntervalRecurrence | OneShotRecurrence
+Recurrence = CronRecurrence | IntervalRecurrence | OneShotRecurrence | UnionRecurrence
+
+
+def _with_window(d: dict[str, Any], w: Window, calendars: tuple[str, ...] = ()) -> dict[str, Any]:
     if w.not_before is not None:
         d["not_before"] = format_instant(w.not_before)
     if w.not_after is not None:
         d["not_after"] = format_instant(w.not_after)
+    if calendars:
+        d["calendars"] = list(calendars)
     return d
 
 
@@ -174,19 +204,34 @@ def compile_once(at: datetime | str, zone: str = "UTC", *, not_before: datetime 
     return OneShotRecurrence(instant, zone, _window(not_before, not_after))
 
 
-_SPEC_KEYS = {"cron", "every", "at", "zone", "anchor", "not_before", "not_after"}
+_SPEC_KEYS = {"cron", "every", "at", "zone", "anchor", "not_before", "not_after", "calendars"}
+_UNION_KEYS = {"specs", "not_before", "not_after", "calendars"}
+_MEMBER_KEYS = _SPEC_KEYS - {"calendars"}
+#: The most exclusion calendars one schedule may name.
+MAX_CALENDARS = 8
 
 
 def compile_spec(spec: Mapping[str, Any], *, default_anchor: datetime | None = None) -> Recurrence:
     """Compile a schedule as the API takes it: ``{"cron": …, "zone": …}``, ``{"every": "90s"}`` or
-    ``{"at": RFC3339}``, each with optional ``not_before`` / ``not_after``.
+    ``{"at": RFC3339}``, each with optional ``not_before`` / ``not_after`` — or several of them as
+    ``{"specs": [...], "not_before"?, "not_after"?}`` (a :class:`UnionRecurrence`, decision 0155).
+    Either form may name exclusion ``calendars`` (names only: checked and applied by the planes).
 
     An interval without ``anchor`` is anchored at ``default_anchor`` (the trigger's start).
-    Field names in errors are prefixed ``schedule.``.
+    Field names in errors are prefixed ``schedule.`` (a member's ``schedule.specs[i].``).
     """
     if not isinstance(spec, Mapping):
-        raise RecurrenceError("schedule", "must be an object with one of cron, every, at")
-    unknown = set(spec) - _SPEC_KEYS
+        raise RecurrenceError("schedule", "must be an object with one of cron, every, at, specs")
+    if "specs" in spec:
+        return _compile_union(spec, default_anchor)
+    rec = _compile_single(spec, default_anchor, _SPEC_KEYS)
+    cals = _calendar_names(spec.get("calendars"))
+    return replace(rec, calendars=cals) if cals else rec
+
+
+def _compile_single(spec: Mapping[str, Any], default_anchor: datetime | None,
+                    keys: set[str]) -> SingleRecurrence:
+    unknown = set(spec) - keys
     if unknown:
         raise RecurrenceError(f"schedule.{sorted(unknown)[0]}", "is not a schedule field")
     forms = [k for k in ("cron", "every", "at") if k in spec]
@@ -209,6 +254,50 @@ def compile_spec(spec: Mapping[str, Any], *, default_anchor: datetime | None = N
         raise NoMatchError(f"schedule.{exc.field}", exc.problem) from None
     except RecurrenceError as exc:
         raise RecurrenceError(f"schedule.{exc.field}", exc.problem) from None
+
+
+def _compile_union(spec: Mapping[str, Any], default_anchor: datetime | None) -> UnionRecurrence:
+    unknown = set(spec) - _UNION_KEYS
+    if unknown:
+        raise RecurrenceError(f"schedule.{sorted(unknown)[0]}",
+                              "is not a field of a schedule with specs (each spec carries its own cron, every "
+                              "or at, and zone)")
+    items = spec["specs"]
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_SPECS:
+        raise RecurrenceError("schedule.specs", f"must be a list of 1 to {MAX_SPECS} specs")
+    members: list[SingleRecurrence] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise RecurrenceError(f"schedule.specs[{i}]", "must be an object with one of cron, every, at")
+        try:
+            members.append(_compile_single(item, default_anchor, _MEMBER_KEYS))
+        except RecurrenceError as exc:
+            cls = NoMatchError if isinstance(exc, NoMatchError) else RecurrenceError
+            field_name, problem = member_field(i, exc)
+            raise cls(field_name, problem) from None
+    try:
+        window = _window(spec.get("not_before"), spec.get("not_after"))
+    except RecurrenceError as exc:
+        raise RecurrenceError(f"schedule.{exc.field}", exc.problem) from None
+    return UnionRecurrence(tuple(members), window, _calendar_names(spec.get("calendars")))
+
+
+def _calendar_names(value: Any) -> tuple[str, ...]:
+    """The exclusion calendars a schedule names (checked for form only: that they exist is the
+    registry's check)."""
+    from .calendar import name_problem
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_CALENDARS:
+        raise RecurrenceError("schedule.calendars", f"must be a list of at most {MAX_CALENDARS} calendar names")
+    for i, name in enumerate(value):
+        problem = name_problem(name)
+        if problem:
+            raise RecurrenceError(f"schedule.calendars[{i}]", problem)
+        if name in value[:i]:
+            raise RecurrenceError(f"schedule.calendars[{i}]", f"{name!r} is named twice")
+    return tuple(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,6 +386,8 @@ def next_occurrence(rec: Recurrence, after: datetime) -> Occurrence | None:
 
     Pure: no clock, no I/O. Raises :class:`NoMatchError` when a cron search is exhausted.
     """
+    if isinstance(rec, UnionRecurrence):
+        return _union_next(rec, after)
     w = rec.window
     if w.not_before is not None and after < w.not_before:
         after = w.not_before - _ONE_US
@@ -326,11 +417,34 @@ def next_occurrence(rec: Recurrence, after: datetime) -> Occurrence | None:
     return occ
 
 
+def _union_next(rec: UnionRecurrence, after: datetime) -> Occurrence | None:
+    """A union's first occurrence after ``after``: its ``specs`` the members on it, its wall time and
+    note the first of them's. A member's ``NoMatchError`` names ``specs[i].<field>``."""
+    w = rec.window
+    if w.not_before is not None and after < w.not_before:
+        after = w.not_before - _ONE_US
+    found: list[Occurrence | None] = []
+    for i, m in enumerate(rec.members):
+        try:
+            found.append(next_occurrence(m, after))
+        except RecurrenceError as exc:
+            raise renamed(i, exc) from None
+    idx = earliest([None if o is None else o.instant for o in found])
+    best = found[idx[0]] if idx else None
+    if best is None or (w.not_after is not None and best.instant > w.not_after):
+        return None
+    return replace(best, specs=idx)
+
+
 def next_after(rec: Recurrence, after: datetime) -> datetime | None:
     """The first instant strictly after ``after``, or ``None`` when the recurrence is exhausted.
 
-    The timing loop and preview both call this; it is the only definition of "when is it due".
+    The timing loop and preview both call this; it is the only definition of "when is it due". Of a
+    union: the minimum of its members' next instants (decision 0155).
     """
+    if isinstance(rec, UnionRecurrence):
+        occ = _union_next(rec, after)
+        return None if occ is None else occ.instant
     w = rec.window
     if isinstance(rec, CronRecurrence):
         if w.not_before is not None and after < w.not_before:

@@ -65,10 +65,16 @@ def schedule_error(exc: RecurrenceError) -> tuple[str, str]:
 
 def compile_schedule(schedule: dict[str, Any], now_us: int, errors: Errors) -> Recurrence | None:
     """The API schedule object compiled (None, with problems in ``errors``, when it does not)."""
-    bad = [(f"schedule.{k}", "must be a string") for k in _SCHEDULE_STRINGS
-           if k in schedule and not isinstance(schedule[k], str)]
-    if "anchor" in schedule and "every" not in schedule:
-        bad.append(("schedule.anchor", "applies only to an interval schedule (every)"))
+    specs = schedule.get("specs")
+    parts = ([("schedule", schedule)] if not isinstance(specs, list)
+             else [("schedule", schedule)] + [(f"schedule.specs[{i}]", s) for i, s in enumerate(specs)
+                                               if isinstance(s, dict)])
+    bad: Errors = []
+    for where, part in parts:
+        bad += [(f"{where}.{k}", "must be a string") for k in _SCHEDULE_STRINGS
+                if k in part and not isinstance(part[k], str)]
+        if "anchor" in part and "every" not in part:
+            bad.append((f"{where}.anchor", "applies only to an interval schedule (every)"))
     if bad:
         errors.extend(bad)
         return None
@@ -208,6 +214,14 @@ def dead_letter_target_problem(store: Any, tenant_id: str, target_id: str | None
         errors.append(("dead_letter_target_id", problem))
 
 
+def calendar_problems(store: Any, tenant_id: str, rec: Recurrence, errors: Errors) -> None:
+    """Every calendar a schedule names must be one of the tenant's (decision 0156)."""
+    for i, cal in enumerate(rec.calendars):
+        if store.registry.get_calendar(tenant_id, cal) is None:
+            errors.append((f"schedule.calendars[{i}]", f"names no calendar of this tenant ({cal!r}); create it "
+                                                       "with POST /v1/calendars first"))
+
+
 def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
     """The compiled recurrence of a stored version; a schedule that no longer compiles (a tzdata
     change, decision 0087) is a problem naming ``schedule``: the client must send a new one."""
@@ -219,6 +233,6 @@ def stored_recurrence(v: TriggerVersion, errors: Errors) -> Recurrence | None:
         return None
 
 
-__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "compile_schedule",
-           "dead_letter_target_problem", "name",
+__all__ = ["DEFINITION_FIELDS", "MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "Errors", "calendar_problems",
+           "compile_schedule", "dead_letter_target_problem", "name",
            "next_instant", "payload", "policies", "retry", "schedule_error", "stored_recurrence", "target_problem"]

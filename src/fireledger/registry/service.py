@@ -162,6 +162,8 @@ class Registry:
         errors = trigger_input_problems({"schedule": schedule, "payload": body})
         name = checks.name(values["name"], errors)
         rec = checks.compile_schedule(schedule, now_us, errors)
+        if rec is not None:
+            checks.calendar_problems(self.store, tenant_id, rec, errors)
         checks.target_problem(self.store, tenant_id, values["target_id"], now_us, errors)
         payload = checks.payload(body, errors)
         policies = checks.policies({k: v for k, v in values.items() if k in _POLICY_INPUTS},
@@ -287,6 +289,7 @@ class Registry:
         nxt: int | None = None
         if rec is not None:
             if "schedule" in fields:
+                checks.calendar_problems(self.store, tenant_id, rec, errors)
                 nxt = checks.next_instant(rec, now_us, errors)
             elif trigger.next_us is not None:
                 # Same schedule: keep the pending instant (it may be due and not yet decided; recomputing

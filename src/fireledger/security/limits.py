@@ -69,21 +69,27 @@ def name_problem(text: str) -> str | None:
     return None
 
 
-def schedule_problems(schedule: dict[str, Any]) -> list[tuple[str, str]]:
-    """Size and complexity problems of a schedule object (its meaning is the compiler's)."""
+def schedule_problems(schedule: dict[str, Any], prefix: str = "schedule") -> list[tuple[str, str]]:
+    """Size and complexity problems of a schedule object (its meaning is the compiler's); the specs
+    of a union (``schedule.specs``, at most 16 looked at) each as a schedule of their own."""
     out: list[tuple[str, str]] = []
     if len(schedule) > MAX_SCHEDULE_KEYS:
-        out.append(("schedule", f"has {len(schedule)} fields; at most {MAX_SCHEDULE_KEYS} are allowed"))
+        out.append((prefix, f"has {len(schedule)} fields; at most {MAX_SCHEDULE_KEYS} are allowed"))
         return out
+    specs = schedule.get("specs") if prefix == "schedule" else None
+    if isinstance(specs, list):
+        for i, spec in enumerate(specs[:16]):
+            if isinstance(spec, dict):
+                out.extend(schedule_problems(spec, f"schedule.specs[{i}]"))
     for key, value in schedule.items():
-        field = f"schedule.{key}" if len(str(key)) <= 40 else "schedule"
+        field = f"{prefix}.{key}" if len(str(key)) <= 40 else prefix
         if isinstance(value, str) and len(value) > MAX_SCHEDULE_STRING:
             out.append((field, f"must be at most {MAX_SCHEDULE_STRING} characters"))
     cron = schedule.get("cron")
     if isinstance(cron, str) and len(cron) <= MAX_SCHEDULE_STRING:
         items = sum(len(part.split(",")) for part in cron.split())
         if items > MAX_CRON_ITEMS:
-            out.append(("schedule.cron", f"has {items} list items; at most {MAX_CRON_ITEMS} are allowed"))
+            out.append((f"{prefix}.cron", f"has {items} list items; at most {MAX_CRON_ITEMS} are allowed"))
     return out
 
 

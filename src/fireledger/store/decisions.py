@@ -36,13 +36,13 @@ from . import queries
 
 _INSERT_COLS = (
     "tenant_id, trigger_id, scheduled_us, seq, version, kind, lane, state, cause, decided_us, decided_by, "
-    "dispatched_us, finished_us, tzdata_version, attempts, next_attempt_us, eps_us, eps_source, dst"
+    "dispatched_us, finished_us, tzdata_version, attempts, next_attempt_us, eps_us, eps_source, dst, specs"
 )
 # Element layout of a fire: the values of fire_row() in this order (dispatched_us is NULL and
 # attempts 0 for every decided fire, so they are constants, not elements).
 _FIRE_FIELDS = ("tenant_id", "trigger_id", "scheduled_us", "seq", "version", "kind", "lane", "state", "cause",
                 "decided_us", "decided_by", "finished_us", "tzdata_version", "next_attempt_us", "eps_us",
-                "eps_source", "dst")
+                "eps_source", "dst", "specs")
 _PG_TYPES = {"scheduled_us": "bigint", "seq": "bigint", "version": "bigint", "decided_us": "bigint",
              "finished_us": "bigint", "next_attempt_us": "bigint", "eps_us": "bigint"}
 
@@ -118,7 +118,7 @@ def fire_rows(fires: Sequence[NewFire]) -> list[tuple[Any, ...]]:
                     state.value, f.cause, f.decided_us, f.decided_by,
                     None if state in _LIVE else f.decided_us, f.tzdata_version,
                     (f.decided_us if f.not_before_us is None else f.not_before_us) if pending else None,
-                    f.eps_us, f.eps_source, f.dst))
+                    f.eps_us, f.eps_source, f.dst, f.specs))
     return out
 
 

@@ -197,7 +197,7 @@ class RegistryGaps(Area):
                     "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us,
                     "decided_by": f.decided_by, "finished_us": None, "tzdata_version": f.tzdata_version,
                     "next_attempt_us": f.not_before_us if f.not_before_us is not None else f.decided_us,
-                    "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst,
+                    "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst, "specs": f.specs,
                 }).rowcount
                 if n > 1:
                     raise InvariantViolation(f"insert_fire matched {n} rows")

@@ -17,9 +17,10 @@ _FIRE_COLS = (
 FIRE_COLS = _FIRE_COLS + ", attempt_base, redriven_us"
 #: How many columns :data:`FIRE_COLS` selects (a row that goes on with other columns is cut there).
 FIRE_NCOLS = FIRE_COLS.count(",") + 1
-#: The fire columns plus the clock evidence (migration 0007) and the DST label (migration 0016): what
-#: history and evidence reads select (the dispatch plane's claims keep FIRE_COLS).
-FIRE_COLS_EVIDENCE = FIRE_COLS + ", eps_us, eps_source, dst"
+#: The fire columns plus the clock evidence (migration 0007), the DST label (migration 0016) and the
+#: matched specs (migration 0015): what history and evidence reads select (the dispatch plane's claims
+#: keep FIRE_COLS).
+FIRE_COLS_EVIDENCE = FIRE_COLS + ", eps_us, eps_source, dst, specs"
 TRIGGER_COLS = (
     "t.id, t.tenant_id, t.name, t.state, t.current_version, t.partition, t.created_us, t.updated_us, "
     "d.next_us, t.pause_reason"
@@ -109,9 +110,9 @@ QUERIES: dict[str, str] = {
     ),
     "earliest_due": "SELECT MIN(next_us) FROM due",
     "insert_fire": (
-        f"INSERT INTO fires ({_FIRE_COLS}, eps_us, eps_source, dst) VALUES (:tenant_id, :trigger_id, "
+        f"INSERT INTO fires ({_FIRE_COLS}, eps_us, eps_source, dst, specs) VALUES (:tenant_id, :trigger_id, "
         ":scheduled_us, :seq, :version, :kind, :lane, :state, :cause, :decided_us, :decided_by, NULL, :finished_us, "
-        ":tzdata_version, 0, :next_attempt_us, :eps_us, :eps_source, :dst) ON CONFLICT DO NOTHING"
+        ":tzdata_version, 0, :next_attempt_us, :eps_us, :eps_source, :dst, :specs) ON CONFLICT DO NOTHING"
     ),
     "delete_fire": (
         "DELETE FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "

@@ -23,6 +23,7 @@ from fireledger.domain.model import Target, Tenant, Trigger, TriggerState, Trigg
 from fireledger.domain.trust_records import AuditNote, is_sealed_secret
 
 from . import rows as rec
+from .calendars import RegistryCalendars
 from .core import expect_one
 from .engine import StoreError
 from .gaps import RegistryGaps
@@ -34,9 +35,10 @@ def _sealed(t: Target) -> str:
     return t.secret
 
 
-class SqlRegistry(RegistryGaps):
+class SqlRegistry(RegistryGaps, RegistryCalendars):
     """Tenants, targets, triggers, versions and the due index (module docstring); pause,
-    resume and backfill in :class:`~fireledger.store.gaps.RegistryGaps`."""
+    resume and backfill in :class:`~fireledger.store.gaps.RegistryGaps`; exclusion calendars in
+    :class:`~fireledger.store.calendars.RegistryCalendars`."""
 
     def create_tenant(self, tenant: Tenant) -> None:
         """Insert a tenant (no principal, no audit row: tests and tools; the API uses

@@ -81,7 +81,7 @@ def fire(row: Sequence[Any]) -> Fire:
                 row[8], row[9], row[10], row[11], row[12], row[13], row[14], row[15],
                 eps_us=row[18] if n > 18 else None, eps_source=row[19] if n > 19 else None,
                 attempt_base=row[16] if n > 16 else 0, redriven_us=row[17] if n > 17 else None,
-                dst=row[20] if n > 20 else None)
+                dst=row[20] if n > 20 else None, specs=row[21] if n > 21 else None)
 
 
 def attempt(row: Sequence[Any]) -> Attempt:
@@ -145,7 +145,7 @@ def fire_params(f: NewFire) -> dict[str, Any]:
         "finished_us": None if pending or f.state == FireState.HELD else f.decided_us,
         "tzdata_version": f.tzdata_version,
         "next_attempt_us": (f.not_before_us if f.not_before_us is not None else f.decided_us) if pending else None,
-        "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst,
+        "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst, "specs": f.specs,
     }
 
 

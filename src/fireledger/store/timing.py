@@ -158,7 +158,7 @@ class SqlTiming(TimingLeases):
                     "state": f.state.value, "cause": f.cause, "decided_us": f.decided_us,
                     "decided_by": f.decided_by, "finished_us": None, "tzdata_version": f.tzdata_version,
                     "next_attempt_us": f.not_before_us if f.not_before_us is not None else f.decided_us,
-                    "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst,
+                    "eps_us": f.eps_us, "eps_source": f.eps_source, "dst": f.dst, "specs": f.specs,
                 }).rowcount
                 if expect_one(n, "insert_fire"):
                     inserted.append(f)

@@ -59,8 +59,9 @@ from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instan
 from fireledger.settings import process_env
 from fireledger.store import Store, is_database_error
 
+from .exclusions import BatchCalendars, CalendarCache, annotate, calendars_for
 from .leases import LeaseManager, Ownership
-from .plans import VersionPlans, gc_paused, labelled
+from .plans import Plan, VersionPlans, gc_paused, labelled
 
 log = logging.getLogger("fireledger.timing")
 
@@ -149,6 +150,7 @@ class TimingLoop:
         self.on_committed = on_committed
         self.max_sleep_s = max_sleep_s
         self.plans = VersionPlans(store)    # compiled versions, kept between cycles
+        self.calendars = CalendarCache(store)   # exclusion calendars, read per batch (decision 0157)
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -178,6 +180,7 @@ class TimingLoop:
         decisions: list[Decision] = []
         failures: list[RowFailure] = []
         checked: list[tuple[int, DueRow, Policies]] = []   # overlap skip/queue with a fire to dispatch
+        cals: BatchCalendars = {}   # this batch's calendar reads (decision 0156), made on first need
         allow = OverlapPolicy.ALLOW
         for row in sorted(rows, key=_by_trigger):
             try:
@@ -189,6 +192,8 @@ class TimingLoop:
                 d = plan_due(row, p.next, p.policies, ctx)
                 if p.label is not None:
                     d = labelled(d, p.label)
+                if p.matched is not None or p.calendars:
+                    d = self._annotate(d, row, p, cals)
             except Exception as exc:
                 if is_store_failure(exc):
                     raise
@@ -200,6 +205,18 @@ class TimingLoop:
         if checked:
             self._apply_overlap(decisions, checked, earliest_us)
         return decisions, failures
+
+    def _annotate(self, d: Decision, row: DueRow, p: Plan, cals: BatchCalendars) -> Decision:
+        """Matched specs recorded and calendar exclusions applied (:mod:`.exclusions`); the calendars
+        are read once per batch for each tenant and set of names (read at every batch: a change is
+        seen by the next decision, decision 0157)."""
+        if not p.calendars:
+            return annotate(d, p.matched, ())
+        key = (row.tenant_id, p.calendars)
+        read = cals.get(key)
+        if read is None:
+            read = cals[key] = self.calendars.read([(row.tenant_id, n) for n in p.calendars])
+        return annotate(d, p.matched, calendars_for(row.tenant_id, p.calendars, read))
 
     def fail_rows(self, failures: Sequence[RowFailure], earliest_us: int, eps_us: int | None,
                   eps_source: str | None) -> list[NewFire]:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
-from fireledger.definitions import NextFn, next_fn, plan_for_text, recurrence_of
+from fireledger.definitions import NextFn, matched_fn, next_fn, plan_for_text, recurrence_of
 from fireledger.domain.model import Decision, DueRow, NewFire, Policies
 from fireledger.recurrence import CronRecurrence, Recurrence, dst_label_us
 from fireledger.store import Store, is_database_error
@@ -45,6 +45,10 @@ class Plan:
     policies: Policies
     next: NextFn
     label: LabelFn | None = None   # the DST labeller (cron versions only)
+    #: A union's (decision 0155): the indexes of the specs an instant came from; None otherwise.
+    matched: Callable[[int], tuple[int, ...]] | None = None
+    #: The exclusion calendars the schedule names (decision 0156).
+    calendars: tuple[str, ...] = ()
 
 
 def label_fn(rec: Recurrence) -> LabelFn | None:
@@ -102,14 +106,14 @@ class VersionPlans:
             return p
         got = read.get(key)
         if got is not None:
-            rec, nxt = plan_for_text(trigger_id, version, got[0])
-            p = Plan(got[1], nxt, label_fn(rec))
+            rec, fn = plan_for_text(trigger_id, version, got[0])
+            p = Plan(got[1], fn, label_fn(rec), matched_fn(rec), rec.calendars)
         else:
             v = self.store.registry.get_version(trigger_id, version)
             if v is None:
                 return None
             rec = recurrence_of(v)
-            p = Plan(v.policies, next_fn(rec), label_fn(rec))
+            p = Plan(v.policies, next_fn(rec), label_fn(rec), matched_fn(rec), rec.calendars)
         if len(self.plans) >= self.limit:
             self.plans.clear()
         self.plans[key] = p

@@ -120,6 +120,8 @@ def _secs(v: float | None) -> str:
 
 
 def _schedule_text(schedule: dict[str, Any]) -> str:
+    if isinstance(schedule.get("specs"), list):   # several specs (decision 0155)
+        return "any of: " + "; ".join(_schedule_text(s) for s in schedule["specs"] if isinstance(s, dict))
     zone = schedule.get("zone", "UTC")
     if "cron" in schedule:
         return f"cron {schedule['cron']} ({zone})"

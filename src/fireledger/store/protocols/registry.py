@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from fireledger.domain.calendar_records import CalendarRecord
 from fireledger.domain.model import DueRow, Fire, NewFire, Target, Tenant, Trigger, TriggerState, TriggerVersion
 from fireledger.domain.trust_records import AuditNote
 
@@ -42,6 +43,47 @@ class RegistryStore(Protocol):
         """Insert ``fires`` and append the ``trigger.backfill`` audit row in one transaction; returns
         the fires inserted (a key that exists already inserts nothing). The audit row's ``new`` value
         is ``audit_new`` plus ``created`` and ``already_present`` as counted inside the transaction."""
+        ...
+
+    def calendars_of(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CalendarRecord]:
+        """The exclusion calendars named by ``(tenant_id, name)`` pairs, keyed so (absent ones are
+        missing from the result), read in one transaction (the timing plane's read for a batch)."""
+        ...
+
+    def create_calendar(self, cal: CalendarRecord, actor: str) -> bool:
+        """Insert ``cal`` (revision 1, created and updated at ``cal.created_us``) and its
+        ``calendar.create`` audit row (actor, the entries) in one transaction; False, nothing written,
+        when the tenant has a calendar of that name. The entries are stored as given (the caller
+        compiled them)."""
+        ...
+
+    def delete_calendar(self, tenant_id: str, name: str, actor: str, now_us: int) -> list[str] | None:
+        """Delete the tenant's calendar and append its ``calendar.delete`` audit row (the entries
+        before), in one transaction — unless a live trigger's current version names it: then nothing
+        is written and the ids of those triggers are returned (decided inside the transaction).
+        Returns ``[]`` when deleted, None when the calendar is absent (or another tenant's)."""
+        ...
+
+    def get_calendar(self, tenant_id: str, name: str) -> CalendarRecord | None:
+        """The tenant's calendar of that name, or None (also for another tenant's)."""
+        ...
+
+    def list_calendars(self, tenant_id: str, after: str = "", limit: int = 100) -> list[CalendarRecord]:
+        """A page of the tenant's calendars in name order, names after ``after``."""
+        ...
+
+    def replace_calendar(self, tenant_id: str, name: str, entries: list[dict[str, Any]], actor: str,
+                         now_us: int, *, expected_revision: int | None = None) -> CalendarRecord | None:
+        """Replace the entries of the tenant's calendar (revision + 1, updated at ``now_us``) and append
+        its ``calendar.update`` audit row (entries and revision before and after), in one transaction.
+        Compare-and-set on ``expected_revision`` (None: whatever revision is stored). Returns the
+        calendar as stored after the change; None, nothing written, when absent or its revision moved.
+        Fires already decided keep their state (decision 0157)."""
+        ...
+
+    def triggers_using_calendar(self, tenant_id: str, name: str) -> list[str]:
+        """The ids of the tenant's live (not deleted) triggers whose current version names the
+        calendar in ``schedule.calendars``, in id order."""
         ...
 
     def count_live_triggers(self, tenant_id: str) -> int:
