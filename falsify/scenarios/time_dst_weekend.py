@@ -36,9 +36,10 @@ before its scheduled instant by the faked clock, and no fire was decided or firs
 it by the service's clock; ``dst: gap`` instants are the jump instant, ``dst: fold`` instants lie
 before the transition (first pass); every fire record whose instant the compiler reached from a
 skipped or repeated wall time carries that DST label (``gap <wall>`` / ``fold <wall>``, decision
-0160: the ``dst`` of the history API), and no other record carries one. Figures: instants, gap and fold instants, labelled fires, wrong or
-missing labels and labels where none is due, duplicate deliveries (counted, not failed: at-least-once), lateness p50/p90/p99/max in faked and real seconds, and per
-segment the transition chosen and the window.
+0160: the ``dst`` of the history API), and no other record carries one. Figures: instants, gap and
+fold instants, labelled fires, wrong or missing labels and labels where none is due, duplicate
+deliveries (counted, not failed: at-least-once), lateness p50/p90/p99/max in faked and real
+seconds, and per segment the transition chosen and the window.
 """
 
 from __future__ import annotations
