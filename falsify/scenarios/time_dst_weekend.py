@@ -34,9 +34,12 @@ instants inside the window. Passed when, over every segment: each expected insta
 fire record and no record is unexpected; every expected instant was delivered; nothing arrived
 before its scheduled instant by the faked clock, and no fire was decided or first dispatched before
 it by the service's clock; ``dst: gap`` instants are the jump instant, ``dst: fold`` instants lie
-before the transition (first pass). Figures: instants, gap and fold instants, duplicate deliveries
-(counted, not failed: at-least-once), lateness p50/p90/p99/max in faked and real seconds, and per
-segment the transition chosen and the window.
+before the transition (first pass); every fire record whose instant the compiler reached from a
+skipped or repeated wall time carries that DST label (``gap <wall>`` / ``fold <wall>``, decision
+0160: the ``dst`` of the history API), and no other record carries one. Figures: instants, gap and
+fold instants, labelled fires, wrong or missing labels and labels where none is due, duplicate
+deliveries (counted, not failed: at-least-once), lateness p50/p90/p99/max in faked and real
+seconds, and per segment the transition chosen and the window.
 """
 
 from __future__ import annotations
@@ -237,9 +240,13 @@ def schedules(zone: str, n: int, t: Transition, anchor: datetime) -> list[dict[s
 
 
 def oracle(spec: dict[str, Any], lo_us: int, hi_us: int) -> list[tuple[int, str | None]]:
-    """``fireledger preview --json`` of one schedule: the instants in ``[lo, hi]`` with their DST note."""
+    """``fireledger preview --json`` of one schedule: the instants in ``[lo, hi]`` with the DST label
+    a fire of each must carry (``"gap <wall>"`` / ``"fold <wall>"`` from preview's ``dst`` note and
+    ``local`` wall time, written as :func:`fireledger.recurrence.dst.format_wall` does; None when
+    preview gives no note)."""
     frm = datetime.fromtimestamp(lo_us / S - 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     from fireledger.recurrence import parse_instant
+    from fireledger.recurrence.dst import format_wall
 
     # Enough instants to pass the window's end: a cron fires at most once a minute, an interval once
     # a period from its anchor (the compiler's cost grows with --count, so no more than that).
@@ -260,7 +267,9 @@ def oracle(spec: dict[str, Any], lo_us: int, hi_us: int) -> list[tuple[int, str 
     for item in json.loads(proc.stdout):
         us = int(parse_instant(item["instant"]).timestamp() * S)
         if lo_us <= us <= hi_us:
-            out.append((us, item.get("dst")))
+            note = item.get("dst")
+            label = f"{note} {format_wall(datetime.fromisoformat(item['local']))}" if note else None
+            out.append((us, label))
     return out
 
 
@@ -346,7 +355,7 @@ def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
         con = sqlite3.connect(f"{work}/fl.db")
         try:
             fires = con.execute(
-                "SELECT f.trigger_id, f.scheduled_us, f.decided_us, f.lane, MIN(a.started_us) FROM fires f "
+                "SELECT f.trigger_id, f.scheduled_us, f.decided_us, f.lane, MIN(a.started_us), f.dst FROM fires f "
                 "LEFT JOIN attempts a USING (tenant_id, trigger_id, scheduled_us, seq) "
                 "WHERE f.scheduled_us BETWEEN ? AND ? GROUP BY f.tenant_id, f.trigger_id, f.scheduled_us, f.seq",
                 (lo_us, hi_us)).fetchall()
@@ -371,14 +380,21 @@ def judge(seg: dict[str, Any], rate: int) -> dict[str, Any]:
     t: Transition = seg["transition"]
     t_us = int(t.at.timestamp() * S)
     want = {(tid, us) for tid, items in seg["expected"].items() for us, _ in items}
-    notes = Counter(note for items in seg["expected"].values() for _, note in items if note)
-    gap_off = sum(1 for items in seg["expected"].values() for us, note in items if note == "gap" and us != t_us)
-    fold_off = sum(1 for items in seg["expected"].values() for us, note in items if note == "fold" and us >= t_us)
+    label = {(tid, us): lab for tid, items in seg["expected"].items() for us, lab in items}
+    notes = Counter(lab.split()[0] for lab in label.values() if lab)
+    gap_off = sum(1 for (_, us), lab in label.items() if lab and lab.startswith("gap ") and us != t_us)
+    fold_off = sum(1 for (_, us), lab in label.items() if lab and lab.startswith("fold ") and us >= t_us)
     per_instant = Counter((tid, us) for tid, us, *_ in seg["fires"])
     have = set(per_instant)
-    early_decided = sum(1 for _, us, dec, _, _ in seg["fires"] if dec < us)
-    early_dispatched = sum(1 for _, us, _, _, st in seg["fires"] if st is not None and st < us)
-    lanes = Counter(lane for *_, lane, _ in seg["fires"])
+    early_decided = sum(1 for _, us, dec, *_ in seg["fires"] if dec < us)
+    early_dispatched = sum(1 for _, us, _, _, st, _ in seg["fires"] if st is not None and st < us)
+    lanes = Counter(lane for _, _, _, lane, *_ in seg["fires"])
+    # The per-fire DST label (decision 0160) against the oracle's: a record of an expected instant
+    # must carry exactly the label preview gives (None included); unexpected records are counted above.
+    labelled = sum(1 for *_, dst in seg["fires"] if dst)
+    label_wrong = sum(1 for tid, us, *_, dst in seg["fires"]
+                      if (tid, us) in label and label[(tid, us)] is not None and dst != label[(tid, us)])
+    label_unexpected = sum(1 for tid, us, *_, dst in seg["fires"] if dst and label.get((tid, us)) is None)
     arrivals: dict[tuple[str, int], list[float]] = defaultdict(list)
     for r in seg["records"]:
         if r.get("trigger_id") in seg["expected"]:
@@ -389,7 +405,8 @@ def judge(seg: dict[str, Any], rate: int) -> dict[str, Any]:
         "transition": t.describe(), "window": [_iso(seg["lo_us"]), _iso(seg["hi_us"])],
         "triggers": seg["triggers"], "distinct_schedules": seg["distinct_schedules"],
         "instants": len(want), "gap_instants": notes.get("gap", 0), "fold_instants": notes.get("fold", 0),
-        "gap_not_at_jump": gap_off, "fold_not_first": fold_off,
+        "gap_not_at_jump": gap_off, "fold_not_first": fold_off, "dst_labelled_fires": labelled,
+        "dst_label_wrong": label_wrong, "dst_label_unexpected": label_unexpected,
         "missing_records": len(want - have), "unexpected_records": len(have - want),
         "duplicate_records": sum(c - 1 for c in per_instant.values() if c > 1),
         "undelivered": len(want - set(arrivals)),
@@ -412,7 +429,8 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 COUNTS = ("instants", "gap_instants", "fold_instants", "missing_records", "unexpected_records",
           "duplicate_records", "undelivered", "duplicate_deliveries", "early_arrivals", "early_decisions",
-          "early_dispatches", "gap_not_at_jump", "fold_not_first")
+          "early_dispatches", "gap_not_at_jump", "fold_not_first", "dst_labelled_fires", "dst_label_wrong",
+          "dst_label_unexpected")
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -431,7 +449,7 @@ def run(quick: bool) -> dict[str, Any]:
     tot = {k: sum(s[k] for s in segs) for k in COUNTS}
     passed = (tot["instants"] > 0 and tot["gap_instants"] > 0 and tot["fold_instants"] > 0
               and all(tot[k] == 0 for k in COUNTS if k not in ("instants", "gap_instants", "fold_instants",
-                                                                 "duplicate_deliveries")))
+                                                                 "dst_labelled_fires", "duplicate_deliveries")))
     out: dict[str, Any] = {
         "passed": passed, "quick": quick, "year": YEAR, "rate": rate, "triggers": sum(s["triggers"] for s in segs),
         **tot,

@@ -88,3 +88,31 @@ def test_a_queue_consumer_receives_the_dead_fire_with_its_history(api: Api) -> N
     history = s.get(f"/v1/triggers/{trig['id']}/fires").json()["items"]
     assert [(f["key"], f["kind"], f["state"]) for f in history] == [(key, "scheduled", "failed"),
                                                                      (want, "dead-letter", "delivered")]
+
+
+def test_the_console_trigger_page_shows_the_dead_letter_target_and_its_badge(api: Api) -> None:
+    """Issue 17 item 2: the trigger page names the dead-letter target, with its verification badge
+    (an ``http`` target's; a queue needs none), and says when there is none."""
+    import re
+
+    _, s = api.tenant("acme")
+    main = s.target()["id"]
+    dlq = s.target("https://dlq.example.com/dead")["id"]
+    queue = s.post("/v1/targets", json={"kind": "queue"}).json()["id"]
+    page = api.http.get("/console/login")
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page.text))
+    assert api.http.post("/console/login", data={**fields, "token": s.token}, follow_redirects=False).status_code == 303
+
+    def dead_letter_line(trigger_id: str) -> str:
+        html = api.http.get(f"/console/triggers/{trigger_id}").text
+        m = re.search(r'<p id="dead-letter-target"[^>]*>(.*?)</p>', html, re.S)
+        assert m, html[:600]
+        return m.group(1)
+
+    line = dead_letter_line(s.trigger(main, {"every": "1h"}, dead_letter_target_id=dlq)["id"])
+    assert f"<code>{dlq}</code>" in line and "default retry policy" in line
+    assert re.search(r'<span class="state badge-ok" title="ownership verified[^"]*">verified</span>', line), line
+    line = dead_letter_line(s.trigger(main, {"every": "1h"}, dead_letter_target_id=queue)["id"])
+    assert f"<code>{queue}</code>" in line and "badge-" not in line               # a queue: no badge
+    line = dead_letter_line(s.trigger(main, {"every": "1h"})["id"])
+    assert "No dead-letter target" in line and "<code>" not in line

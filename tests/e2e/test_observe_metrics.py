@@ -104,6 +104,14 @@ def test_shipped_alert_rules_and_dashboard_use_exported_metrics(api: Api) -> Non
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "fireledger.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert exprs and any(DUE_AGE in e for e in exprs)
+    # Issue 17 item 3: a panel shows the unrenewed expiring verifications per tenant (the ticket's signal).
+    expiring = [p for p in dashboard["panels"]
+                if any("fireledger_targets_verification_expiring" in t["expr"] for t in p.get("targets", []))]
+    assert [t["expr"] for p in expiring for t in p["targets"]] == [
+        "max by (tenant) (fireledger_targets_verification_expiring)"]
+    assert expiring[0]["targets"][0]["legendFormat"] == "{{tenant}}"
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
     exported = set(re.findall(r"^# TYPE (\S+) ", api.http.get("/metrics").text, re.M))
     for e in exprs + re.findall(r"expr: (.+)", rules):
         for name in re.findall(r"\b(fireledger_[a-z_]+)", e):

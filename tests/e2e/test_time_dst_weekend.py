@@ -38,7 +38,7 @@ def test_transitions_are_where_zoneinfo_puts_them():
     assert kinds[("autumn", "America/New_York")] == kinds[("autumn", "Europe/London")] == "fold"
 
 
-def test_every_instant_once_never_early_gaps_at_the_jump_folds_once(quick):
+def test_every_instant_once_never_early_gaps_at_the_jump_folds_once_labelled(quick):
     assert quick["passed"], quick
     segs = quick["segments"]
     assert [(s["pass"], s["transition"].split()[0]) for s in segs] == list(QUICK_SEGMENTS)
@@ -47,8 +47,12 @@ def test_every_instant_once_never_early_gaps_at_the_jump_folds_once(quick):
         assert s["duplicate_records"] == s["undelivered"] == 0, s
         assert s["early_arrivals"] == s["early_decisions"] == s["early_dispatches"] == 0, s
         assert s["gap_not_at_jump"] == s["fold_not_first"] == 0, s
+        # every fire from a gap or a fold carries the compiler's label (decision 0160), no other does
+        assert s["dst_label_wrong"] == s["dst_label_unexpected"] == 0, s
+        assert s["dst_labelled_fires"] == s["gap_instants"] + s["fold_instants"], s
         kind = "gap_instants" if "(gap" in s["transition"] else "fold_instants"
         assert s[kind] > 0, s       # the transition night's wall times were exercised
     assert quick["triggers"] == 60
+    assert quick["dst_labelled_fires"] == quick["gap_instants"] + quick["fold_instants"] > 0
     assert quick["lateness_faked_s"]["p50"] is not None and quick["lateness_faked_s"]["p50"] >= 0
     assert quick["lateness_real_s"]["max"] == pytest.approx(quick["lateness_faked_s"]["max"] / quick["rate"], abs=1e-3)

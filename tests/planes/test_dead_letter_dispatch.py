@@ -52,3 +52,34 @@ def test_a_delivery_record_is_not_bounded_by_the_schedule_and_carries_the_histor
     dead = body["dead_letter"]
     assert dead["key"] == str(FireKey(t.id, trig.id, T0, 0)) and dead["state"] == "failed"
     assert [(a["attempt"], a["http_status"]) for a in dead["attempts"]] == [(1, 500)] and "payload" not in dead
+
+
+def test_a_delivery_records_story_states_the_default_retry_policy_not_the_triggers(store: Store) -> None:
+    """``fireledger why`` / the console fire page (``fire_story``): the dead fire's attempts followed
+    the trigger's retry policy; its delivery record's follow the default one (``delivery_policies``)."""
+    from fireledger.control.history import fire_story
+
+    t = add_tenant(store)
+    dlq = add_target(store, t, "http://127.0.0.1:9/dlq")
+    trig, version, _ = add_trigger(store, t, add_target(store, t), {"every": "1h"},
+                                   policies=Policies(max_attempts=1, max_event_age_s=30, dead_letter_target_id=dlq.id))
+    store.timing.insert_fires([NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
+                                       FireState.PENDING, T0, "2026a", "node-a")])
+    [c] = _claim(store, T0)
+    store.dispatch.settle_dispatch([Settlement(c.job, "failed", 500, None, FireState.FAILED, "failed: HTTP 500",
+                                               None)], T0 + S)
+    [d] = _claim(store, T0 + S)                               # the delivery's first attempt fails, retryable
+    store.dispatch.settle_dispatch([Settlement(d.job, "retry", 503, None, FireState.PENDING, None, T0 + 3 * S)],
+                                   T0 + 2 * S)
+    dead_key = FireKey(t.id, trig.id, T0, 0)
+    dead, record = store.history.get_fire(dead_key), store.history.get_fire(dead_letter_key(dead_key))
+    assert dead is not None and record is not None and record.kind == "dead-letter" and record.attempts == 1
+    dead_story = [line for _, line in fire_story(dead, trig, version)]
+    assert "retry policy of version 1: 1 attempts, backoff 1.00 s doubling to 0:05:00, event age at most 30.00 s, " \
+           "never past the next instant" in dead_story, dead_story
+    story = [line for _, line in fire_story(record, trig, version)]
+    policy = [line for line in story if line.startswith("retry policy of ")]
+    default = Policies()
+    assert policy == [f"retry policy of a dead-letter delivery (the default, not version 1's): {default.max_attempts} "
+                      "attempts, backoff 1.00 s doubling to 0:05:00, no event-age bound, not bounded by the trigger's "
+                      "next instant"], story

@@ -30,10 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fireledger.domain.history_records import ALL_STATES
 from fireledger.domain.keys import FireKey, from_us, to_us
-from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
+from fireledger.domain.model import Fire, FireKind, Principal, Trigger, TriggerVersion
 from fireledger.observe.metrics import LATENESS_BUCKETS
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, parse_dst_label, parse_instant
 from fireledger.security.targets import LAPSED
+from fireledger.store.deadletter import delivery_policies
 
 from .auth import require
 from .context import ApiContext, get_ctx
@@ -470,12 +471,17 @@ def _attempt_lines(f: Fire, version: TriggerVersion | None) -> list[tuple[str | 
         lines.append((_when(f.redriven_us), f"redriven after {f.attempt_base} attempts: waiting for a further "
                                             "attempt under the same key"))
     if version is not None and f.attempt_list:
-        p = version.policies
+        # A dead-letter delivery retries under the default policy, not its trigger's (decision 0178).
+        dl = f.kind == FireKind.DEAD_LETTER
+        p = delivery_policies(version.policies) if dl else version.policies
         age = ("no event-age bound" if p.max_event_age_s is None
                else f"event age at most {_secs(p.max_event_age_s * 1_000_000)}")
         lo, hi = _secs(int(p.min_backoff_s * 1_000_000)), _secs(int(p.max_backoff_s * 1_000_000))
-        lines.append((None, f"retry policy of version {version.version}: {p.max_attempts} attempts, backoff "
-                            f"{lo} doubling to {hi}, {age}, never past the next instant"))
+        whose, end = ((f"a dead-letter delivery (the default, not version {version.version}'s)",
+                       "not bounded by the trigger's next instant") if dl
+                      else (f"version {version.version}", "never past the next instant"))
+        lines.append((None, f"retry policy of {whose}: {p.max_attempts} attempts, backoff {lo} doubling to {hi}, "
+                            f"{age}, {end}"))
     return lines
 
 

@@ -374,6 +374,7 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
                    states_in_window=sorted(states_in_window.items()), fires=[_fire_row(f) for f in fires],
                    state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None,
                    badge=target_badge(ctx, v.target_id, now) if v else None, csrf=_csrf(request),
+                   dl_badge=target_badge(ctx, dl, now) if v and (dl := v.policies.dead_letter_target_id) else None,
                    **_acts(request, principal, trigger_state=t.state.value))
 
 
