@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fireledger.recurrence import compile_cron, compile_interval, compile_once, preview
+from fireledger.recurrence import UnionRecurrence, compile_cron, compile_interval, compile_once, compile_spec, preview
 from fireledger.recurrence.dst import dst_label, dst_label_us, parse_dst_label
 from test_recurrence_dst_table import TABLE
 
@@ -82,6 +82,22 @@ def test_intervals_and_one_shots_are_never_labelled() -> None:
     assert dst_label(compile_interval("30m", "2027-03-28T00:00:00Z", "Europe/London"), gap) is None
     assert dst_label(compile_once("2027-03-28T01:00:00Z", "Europe/London"), gap) is None
     assert dst_label_us(compile_once("2027-03-28T01:00:00Z", "Europe/London"), 0) is None
+
+
+def test_a_union_carries_the_label_of_its_cron_spec_that_yields_the_instant() -> None:
+    """Decision 0155 + 0160: several specs, one of them a cron in London whose 01:30 is skipped on
+    2027-03-28; the union's fire at the jump is labelled, its interval-only instants are not."""
+    union = compile_spec({"specs": [{"every": "1h", "anchor": "2027-03-27T00:10:00Z"},
+                                    {"cron": "30 1 * * *", "zone": "Europe/London"}]})
+    assert isinstance(union, UnionRecurrence)
+    jump = _utc("2027-03-28T01:00:00Z")
+    assert dst_label(union, jump) == "gap 2027-03-28T01:30"
+    assert dst_label(union, _utc("2027-03-28T01:10:00Z")) is None   # the interval's instant
+    assert dst_label(union, _utc("2027-03-29T00:30:00Z")) is None   # the cron's ordinary day
+    assert dst_label_us(union, int((jump - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1))) \
+        == "gap 2027-03-28T01:30"
+    plain = compile_spec({"specs": [{"every": "1h", "anchor": "2027-03-27T00:10:00Z"}, {"at": "2027-03-28T01:00:00Z"}]})
+    assert dst_label(plain, jump) is None
 
 
 def test_parse_refuses_what_is_not_a_label() -> None:

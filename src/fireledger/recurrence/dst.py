@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from .schedule import CronRecurrence, Recurrence, next_occurrence
+from .schedule import CronRecurrence, Recurrence, UnionRecurrence, next_occurrence
 
 _ONE_US = timedelta(microseconds=1)
 _ONE_S = timedelta(seconds=1)
@@ -76,7 +76,10 @@ def dst_label(rec: Recurrence, instant: datetime) -> str | None:
     or None — for a wall time that exists once, for an instant the recurrence does not yield, and
     for every interval and one-shot. Instants not within a day before an offset change are answered
     None by a bisect in the zone-year's offset changes (cached), so most calls neither convert nor
-    search."""
+    search. A union of specs (decision 0155) carries the label of the first cron spec that yields
+    ``instant`` from a gap or a fold."""
+    if isinstance(rec, UnionRecurrence):
+        return next((lab for m in rec.members if (lab := dst_label(m, instant)) is not None), None)
     if not isinstance(rec, CronRecurrence):
         return None
     zone = rec.zone
@@ -99,7 +102,7 @@ def dst_label(rec: Recurrence, instant: datetime) -> str | None:
 
 def dst_label_us(rec: Recurrence, instant_us: int) -> str | None:
     """:func:`dst_label` for an instant in integer microseconds since the epoch (what fires store)."""
-    if not isinstance(rec, CronRecurrence):
+    if not isinstance(rec, CronRecurrence | UnionRecurrence):
         return None
     return dst_label(rec, datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=instant_us))
 

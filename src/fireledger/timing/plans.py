@@ -26,7 +26,7 @@ from functools import partial
 
 from fireledger.definitions import NextFn, matched_fn, next_fn, plan_for_text, recurrence_of
 from fireledger.domain.model import Decision, DueRow, NewFire, Policies
-from fireledger.recurrence import CronRecurrence, Recurrence, dst_label_us
+from fireledger.recurrence import CronRecurrence, Recurrence, UnionRecurrence, dst_label_us
 from fireledger.store import Store, is_database_error
 
 #: Trigger versions kept compiled between cycles (bounded: a million triggers must not all stay in
@@ -53,7 +53,11 @@ class Plan:
 
 def label_fn(rec: Recurrence) -> LabelFn | None:
     """The DST labeller of a compiled recurrence: ``dst_label_us`` bound to it for a cron schedule
-    (wall time), None for intervals and one-shots (absolute instants: never labelled)."""
+    (wall time) or a union with a cron spec, None for intervals and one-shots (absolute instants:
+    never labelled)."""
+    if isinstance(rec, UnionRecurrence):
+        wall = any(isinstance(m, CronRecurrence) for m in rec.members)
+        return partial(dst_label_us, rec) if wall else None
     return partial(dst_label_us, rec) if isinstance(rec, CronRecurrence) else None
 
 
