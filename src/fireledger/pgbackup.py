@@ -121,12 +121,14 @@ def server_facts(url: str) -> dict[str, Any]:
     return {"server_version": str(row[0]), "server_version_num": int(row[1]), "schema_version": schema}
 
 
-def backup_postgres(url: str, folder: Path, fmt: str = "tar", timeout_s: float = 6 * 3600) -> dict[str, Any]:
+def backup_postgres(url: str, folder: Path, fmt: str = "tar", timeout_s: float = 6 * 3600,
+                    facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Back up the whole PostgreSQL cluster behind ``url`` (a role with REPLICATION) into a new
-    ``folder/fireledger-pg-<UTC>`` (see the module docstring); returns the manifest (with ``path``)."""
+    ``folder/fireledger-pg-<UTC>`` (see the module docstring); returns the manifest (with ``path``).
+    ``facts``: :func:`server_facts` of ``url`` when the caller has them already."""
     if fmt not in FORMATS:
         raise PgBackupError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
-    facts = server_facts(url)
+    facts = facts or server_facts(url)
     bin_dir = pg_bin_dir(facts["server_version_num"] // 10000)
     out = folder / f"fireledger-pg-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}"
     out.mkdir(mode=0o700, parents=True)

@@ -148,13 +148,16 @@ def _restore_pg(src: Path, to_pgdata: str | None, port: int | None, wal_archive:
         plan = plan_restore(src, Path(to_pgdata), port, wal_archive, target_time)
     except PgBackupError as exc:
         fail(str(exc))
+    error: PgBackupError | None = None
     with _progress() as progress:
         progress.add_task(f"restoring {src} into {plan.pgdata}", total=None)
         try:
             out = restore_postgres(plan)
         except PgBackupError as exc:
-            print(f"fireledger: restore: {exc}; nothing was left in {plan.pgdata}", file=sys.stderr)
-            sys.exit(1)   # the backup failed its check: a finding, not a usage error
+            error = exc
+    if error is not None:
+        print(f"fireledger: restore: {error}; nothing was left in {plan.pgdata}", file=sys.stderr)
+        sys.exit(1)   # the backup failed its check (or a tool failed): a finding, not a usage error
     if as_json:
         typer.echo(json.dumps(out))
         return
@@ -166,14 +169,21 @@ def _restore_pg(src: Path, to_pgdata: str | None, port: int | None, wal_archive:
 
 def _backup_pg(db: str, folder: Path, fmt: str, as_json: bool) -> None:
     """``backup --db postgresql://…``: ``pg_basebackup -X stream`` and a manifest."""
-    from fireledger.pgbackup import PgBackupError, backup_postgres
+    from fireledger.pgbackup import PgBackupError, backup_postgres, server_facts
 
+    try:
+        facts = server_facts(db)   # before the progress display: a refusal is one line
+    except PgBackupError as exc:
+        fail(str(exc))
+    error: PgBackupError | None = None
     with _progress() as progress:
         progress.add_task("pg_basebackup", total=None)
         try:
-            out = backup_postgres(db, folder, fmt)
+            out = backup_postgres(db, folder, fmt, facts=facts)
         except PgBackupError as exc:
-            fail(str(exc))
+            error = exc
+    if error is not None:
+        fail(str(error))
     if as_json:
         typer.echo(json.dumps({"backup": out["path"], **out}))
         return

@@ -1,0 +1,211 @@
+"""A PostgreSQL backup you have restored (issue 16 item 4; decision 0190).
+
+Real parts only: a PostgreSQL server started by the test with ``archive_mode = on`` and an
+``archive_command`` copying into a directory; ``fireledger serve`` writing a real ledger (three
+1 s triggers, a local sink); ``fireledger backup`` (``pg_basebackup -X stream``) taken while it
+fires; more fires; a WAL switch archived; then ``fireledger restore --to-pgdata`` twice into fresh
+data directories — from the base backup alone, and with ``--wal-archive`` replay — each started as a
+second PostgreSQL on its own port, where ``fireledger audit verify`` and the shadow rebuilder
+(``fireledger due-index rebuild``: nothing to add, remove or change) pass and every fire committed
+before the backup (with replay: before the archive point) is present. Bad input: one line naming
+the field, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from e2e import Api, Service, cli, free_port, new_tenant, verify_target, wait_until
+from pgserver import PG_USER, PgServer, find_bin_dir
+from sink import SinkServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(240)]
+
+IS_ROOT = os.geteuid() == 0
+AS_PG = ["runuser", "-u", PG_USER, "--"] if IS_ROOT else []
+
+
+def _pg_reachable_dir(prefix: str) -> Path:
+    """A fresh directory the PostgreSQL OS user can write (as root: in /tmp, owned by postgres)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp" if IS_ROOT else None))
+    if IS_ROOT:
+        pw = pwd.getpwnam(PG_USER)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    return path
+
+
+@pytest.fixture
+def archived_pg() -> Iterator[tuple[PgServer, Path]]:
+    """A private server that archives every finished WAL segment into a directory."""
+    archive = _pg_reachable_dir("fireledger-walarchive-")
+    conf = f"archive_mode = on\narchive_command = 'test ! -f {archive}/%f && cp %p {archive}/%f'\n"
+    server = PgServer.start(max_connections=60, extra_conf=conf)
+    try:
+        yield server, archive
+    finally:
+        server.close()
+        shutil.rmtree(archive, ignore_errors=True)
+
+
+def _fires(url: str) -> set[tuple[str, int]]:
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        return {(r[0], r[1]) for r in conn.execute("SELECT trigger_id, scheduled_us FROM fires").fetchall()}
+
+
+def _with_port(url: str, port: int) -> str:
+    return url.replace(url.split("@", 1)[1].split("/", 1)[0], f"127.0.0.1:{port}", 1)
+
+
+def _start_restored(root: Path, port: int) -> PgServer:
+    """Start PostgreSQL on the restored ``root/data`` and wait (with a deadline) until it has finished
+    recovery and accepts writes; ``close()`` stops it and deletes ``root``."""
+    server = PgServer._launch(find_bin_dir(), root / "data", root, port, AS_PG)
+    if server is None:
+        raise AssertionError("the restored server exited: " + (root / "postgres.log").read_text()[-3000:])
+
+    def promoted() -> bool:
+        with psycopg.connect(server.url, connect_timeout=5) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        return row is not None and row[0] is False
+
+    try:
+        wait_until(promoted, 60, "the restored server to finish recovery")
+    except BaseException:
+        server.close()
+        raise
+    return server
+
+
+def _check_restored(url: str) -> None:
+    """``fireledger audit verify`` and the shadow rebuilder pass on the restored store."""
+    assert "audit chain intact" in cli("audit", "verify", "--db", url).stdout
+    rebuilt = json.loads(cli("due-index", "rebuild", "--db", url, "--json").stdout)
+    assert rebuilt["triggers"] == 3 and rebuilt["rows"] == 3, rebuilt
+    assert (rebuilt["added"], rebuilt["removed"], rebuilt["changed"]) == (0, 0, 0), rebuilt
+
+
+def _write_ledger(db: str, tmp_path: Path, sink: SinkServer) -> Service:
+    svc = Service(db, tmp_path).start()
+    _, token = new_tenant(db)
+    api = Api(svc.base, token)
+    target = api.ok("POST", "/v1/targets", {"kind": "http", "url": f"{sink.base_url}/ok"}, 201)
+    sink.add_secret(target["secret"])
+    verify_target(api, sink, target)
+    for i in range(3):
+        api.ok("POST", "/v1/triggers", {"name": f"pg{i}", "schedule": {"every": "1s"},
+                                         "target_id": target["id"], "payload": {"i": i}}, 201)
+    return svc
+
+
+def test_a_live_postgresql_backup_restores_with_and_without_wal_replay(archived_pg, tmp_path):
+    source, archive = archived_pg
+    db = source.new_database("fl_pgrestore")
+    dbname = db.rsplit("/", 1)[1]
+    cli("db", "upgrade", "--db", db)
+    sink = SinkServer()
+    sink.start_in_thread()
+    svc = _write_ledger(db, tmp_path, sink)
+    try:
+        wait_until(lambda: len(_fires(db)) >= 6, 30, "six fires before the backup")
+        before_backup = _fires(db)
+        out = json.loads(cli("backup", "--to", str(tmp_path / "backups"), "--db", db, "--json").stdout)
+        after_backup = len(_fires(db))
+        wait_until(lambda: len(_fires(db)) >= after_backup + 4, 30, "four more fires after the backup")
+    finally:
+        svc.stop()
+        sink.stop()
+    at_archive_point = _fires(db)
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_walfile_name(pg_switch_wal())").fetchone()
+    assert row is not None
+    wait_until(lambda: (archive / row[0]).exists(), 30, f"WAL segment {row[0]} in the archive")
+
+    backup = Path(out["backup"])
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert manifest["kind"] == "fireledger-postgresql-base-backup" and manifest["format"] == "tar"
+    assert manifest["wal"] == "stream" and manifest["schema_version"] >= 1
+    assert manifest["server_version_num"] >= 100000 and manifest["pg_basebackup"].startswith("pg_basebackup")
+    assert (backup / "base" / "base.tar.gz").is_file() and (backup / "base" / "pg_wal.tar.gz").is_file()
+    assert backup.stat().st_mode & 0o077 == 0   # it holds sealed secrets: owner only
+
+    # 1. the base backup alone: consistent as of its end, so every fire committed before it began
+    root_a, port_a = _pg_reachable_dir("fireledger-restored-a-"), free_port()
+    summary = json.loads(cli("restore", "--from", str(backup), "--to-pgdata", str(root_a / "data"),
+                             "--port", str(port_a), "--json").stdout)
+    assert summary["restored"] == str(root_a / "data") and summary["wal_archive"] is None
+    auto_conf = (root_a / "data" / "postgresql.auto.conf").read_text()
+    assert f"port = {port_a}" in auto_conf and "archive_mode = off" in auto_conf
+    assert not (root_a / "data" / "recovery.signal").exists()
+    restored_a = _start_restored(root_a, port_a)
+    try:
+        url_a = _with_port(db, port_a)
+        assert url_a.endswith("/" + dbname)
+        fires_a = _fires(url_a)
+        assert before_backup <= fires_a <= at_archive_point
+        _check_restored(url_a)
+    finally:
+        restored_a.close()
+
+    # 2. with the WAL archive replayed: every fire committed before the archive point as well
+    root_b, port_b = _pg_reachable_dir("fireledger-restored-b-"), free_port()
+    summary = json.loads(cli("restore", "--from", str(backup), "--to-pgdata", str(root_b / "data"),
+                             "--port", str(port_b), "--wal-archive", str(archive), "--json").stdout)
+    assert summary["wal_archive"] == str(archive.resolve())
+    assert (root_b / "data" / "recovery.signal").exists()
+    restored_b = _start_restored(root_b, port_b)
+    try:
+        url_b = _with_port(db, port_b)
+        fires_b = _fires(url_b)
+        assert at_archive_point <= fires_b
+        assert at_archive_point - fires_a, "the archive held no commit the base backup lacked"
+        _check_restored(url_b)
+    finally:
+        restored_b.close()
+    assert not any(archive.glob("00000002*")), "a restored copy archived into its source's archive"
+
+
+def _fake_pg_backup(path: Path) -> Path:
+    """A directory shaped like a PostgreSQL backup, enough for the input checks (which come first)."""
+    (path / "base").mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"kind": "fireledger-postgresql-base-backup", "format": "tar"}))
+    return path
+
+
+def test_postgresql_backup_and_restore_refuse_bad_input(tmp_path):
+    backup = _fake_pg_backup(tmp_path / "pgbackup")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "PG_VERSION").write_text("15\n")
+    sqlite_file = tmp_path / "sqlite-backup.db"
+    sqlite_file.write_text("not a postgres backup")
+    new = str(tmp_path / "new")
+    cases = {
+        "--format": ["backup", "--to", str(tmp_path / "b"), "--db", "postgresql://127.0.0.1:1/x", "--format", "zip"],
+        "--db": ["backup", "--to", str(tmp_path / "b"), "--db", "postgresql://postgres@127.0.0.1:1/x"],
+        "--to-pgdata": ["restore", "--from", str(backup)],
+        "--from": ["restore", "--from", str(sqlite_file), "--to-pgdata", new],
+        "--port": ["restore", "--from", str(backup), "--to-pgdata", new, "--port", "0"],
+        "--wal-archive": ["restore", "--from", str(backup), "--to-pgdata", new, "--wal-archive", str(tmp_path / "no")],
+        "--recovery-target-time": ["restore", "--from", str(backup), "--to-pgdata", new, "--wal-archive",
+                                   str(tmp_path), "--recovery-target-time", "yesterday"],
+    }
+    for field, args in cases.items():
+        proc = cli(*args, check=False)
+        assert proc.returncode == 2, (field, proc.stderr)
+        assert proc.stderr.startswith(f"fireledger: {args[0]}: {field}: "), (field, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    busy = cli("restore", "--from", str(backup), "--to-pgdata", str(tmp_path / "busy"), check=False)
+    assert busy.returncode == 2 and busy.stderr.startswith("fireledger: restore: --to-pgdata: "), busy.stderr
+    no_archive = cli("restore", "--from", str(backup), "--to-pgdata", new, "--recovery-target-time",
+                     "2026-01-01T00:00:00Z", check=False)
+    assert no_archive.returncode == 2 and "--recovery-target-time: needs --wal-archive" in no_archive.stderr
+    assert not (tmp_path / "new").exists() and not (tmp_path / "b").exists()
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["PG_VERSION"]
