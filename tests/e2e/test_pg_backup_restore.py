@@ -18,8 +18,11 @@ import os
 import pwd
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -61,8 +64,9 @@ def _fires(url: str) -> set[tuple[str, int]]:
         return {(r[0], r[1]) for r in conn.execute("SELECT trigger_id, scheduled_us FROM fires").fetchall()}
 
 
-def _with_port(url: str, port: int) -> str:
-    return url.replace(url.split("@", 1)[1].split("/", 1)[0], f"127.0.0.1:{port}", 1)
+def _with_port(url: str, server: PgServer) -> str:
+    """``url`` (a database on the source) on the restored ``server`` instead."""
+    return server.url.rsplit("/", 1)[0] + "/" + url.rsplit("/", 1)[1]
 
 
 def _start_restored(root: Path, port: int) -> PgServer:
@@ -106,70 +110,116 @@ def _write_ledger(db: str, tmp_path: Path, sink: SinkServer) -> Service:
     return svc
 
 
-def test_a_live_postgresql_backup_restores_with_and_without_wal_replay(archived_pg, tmp_path):
-    source, archive = archived_pg
-    db = source.new_database("fl_pgrestore")
-    dbname = db.rsplit("/", 1)[1]
-    cli("db", "upgrade", "--db", db)
+def _decided(url: str) -> dict[tuple[str, int], int]:
+    """Every fire's key (trigger, instant) and when it was decided (µs)."""
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT trigger_id, scheduled_us, decided_us FROM fires").fetchall()
+    return {(r[0], r[1]): r[2] for r in rows}
+
+
+def _restore_and_start(backup: Path, prefix: str, *extra: str) -> tuple[PgServer, Path, dict[str, object]]:
+    """``fireledger restore --to-pgdata`` into a fresh directory on a free port, then start it there."""
+    root, port = _pg_reachable_dir(prefix), free_port()
+    try:
+        summary = json.loads(cli("restore", "--from", str(backup), "--to-pgdata", str(root / "data"),
+                                 "--port", str(port), *extra, "--json").stdout)
+        data = root / "data"
+        assert summary["restored"] == str(data) and data.stat().st_mode & 0o077 == 0
+        if IS_ROOT:   # PostgreSQL never runs as root: the directory is handed to its OS user
+            assert summary["owner"] == PG_USER and data.stat().st_uid == pwd.getpwnam(PG_USER).pw_uid
+        auto_conf = (data / "postgresql.auto.conf").read_text()
+        assert f"port = {port}" in auto_conf and "archive_mode = off" in auto_conf
+        assert (data / "recovery.signal").exists() == ("--wal-archive" in extra)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return _start_restored(root, port), root, summary
+
+
+def _check_manifest(backup: Path, fmt: str) -> None:
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert manifest["kind"] == "fireledger-postgresql-base-backup" and manifest["format"] == fmt
+    assert manifest["wal"] == "stream" and manifest["schema_version"] >= 1
+    assert manifest["server_version_num"] >= 100000 and manifest["pg_basebackup"].startswith("pg_basebackup")
+    assert "password" not in json.dumps(manifest)
+    if fmt == "tar":
+        assert (backup / "base" / "base.tar.gz").is_file() and (backup / "base" / "pg_wal.tar.gz").is_file()
+    else:
+        assert (backup / "base" / "PG_VERSION").is_file()
+    assert backup.stat().st_mode & 0o077 == 0   # it holds sealed secrets: owner only
+
+
+def _live_history(db: str, tmp_path: Path, archive: Path) -> dict[str, object]:
+    """``serve`` fires while a plain and a tar backup are taken; a recovery target time is noted
+    between later fires; ``serve`` stops and the WAL is switched and archived (the archive point)."""
     sink = SinkServer()
     sink.start_in_thread()
     svc = _write_ledger(db, tmp_path, sink)
     try:
-        wait_until(lambda: len(_fires(db)) >= 6, 30, "six fires before the backup")
-        before_backup = _fires(db)
-        out = json.loads(cli("backup", "--to", str(tmp_path / "backups"), "--db", db, "--json").stdout)
-        after_backup = len(_fires(db))
-        wait_until(lambda: len(_fires(db)) >= after_backup + 4, 30, "four more fires after the backup")
+        wait_until(lambda: len(_fires(db)) >= 6, 30, "six fires before the backups")
+        h: dict[str, object] = {"before_backup": _fires(db)}
+        backups = tmp_path / "backups"
+        h["plain"] = json.loads(cli("backup", "--to", str(backups), "--db", db, "--format", "plain",
+                                    "--json").stdout)["backup"]
+        h["tar"] = json.loads(cli("backup", "--to", str(backups), "--db", db, "--json").stdout)["backup"]
+        n = len(_fires(db))
+        wait_until(lambda: len(_fires(db)) >= n + 3, 30, "three more fires after the backups")
+        h["before_target"] = _fires(db)
+        h["target_us"] = target_us = time.time_ns() // 1000
+        h["target"] = datetime.fromtimestamp(target_us / 1e6, UTC).isoformat()
+        wait_until(lambda: [k for k, d in _decided(db).items() if d > target_us + 500_000][2:], 30,
+                   "three fires decided after the recovery target")
     finally:
         svc.stop()
         sink.stop()
-    at_archive_point = _fires(db)
+    h["at_archive_point"] = _fires(db)
+    h["decided"] = _decided(db)
     with psycopg.connect(db, autocommit=True) as conn:
         row = conn.execute("SELECT pg_walfile_name(pg_switch_wal())").fetchone()
     assert row is not None
     wait_until(lambda: (archive / row[0]).exists(), 30, f"WAL segment {row[0]} in the archive")
+    return h
 
-    backup = Path(out["backup"])
-    manifest = json.loads((backup / "manifest.json").read_text())
-    assert manifest["kind"] == "fireledger-postgresql-base-backup" and manifest["format"] == "tar"
-    assert manifest["wal"] == "stream" and manifest["schema_version"] >= 1
-    assert manifest["server_version_num"] >= 100000 and manifest["pg_basebackup"].startswith("pg_basebackup")
-    assert (backup / "base" / "base.tar.gz").is_file() and (backup / "base" / "pg_wal.tar.gz").is_file()
-    assert backup.stat().st_mode & 0o077 == 0   # it holds sealed secrets: owner only
 
-    # 1. the base backup alone: consistent as of its end, so every fire committed before it began
-    root_a, port_a = _pg_reachable_dir("fireledger-restored-a-"), free_port()
-    summary = json.loads(cli("restore", "--from", str(backup), "--to-pgdata", str(root_a / "data"),
-                             "--port", str(port_a), "--json").stdout)
-    assert summary["restored"] == str(root_a / "data") and summary["wal_archive"] is None
-    auto_conf = (root_a / "data" / "postgresql.auto.conf").read_text()
-    assert f"port = {port_a}" in auto_conf and "archive_mode = off" in auto_conf
-    assert not (root_a / "data" / "recovery.signal").exists()
-    restored_a = _start_restored(root_a, port_a)
+def test_a_live_postgresql_backup_restores_with_and_without_wal_replay(archived_pg, tmp_path):
+    source, archive = archived_pg
+    db = source.new_database("fl_pgrestore")
+    cli("db", "upgrade", "--db", db)
+    h: dict[str, Any] = _live_history(db, tmp_path, archive)
+    plain, tar = Path(h["plain"]), Path(h["tar"])
+    _check_manifest(plain, "plain")
+    _check_manifest(tar, "tar")
+
+    # 1. a base backup alone (plain format): every fire committed before it began
+    server, _, summary = _restore_and_start(plain, "fireledger-restored-a-")
     try:
-        url_a = _with_port(db, port_a)
-        assert url_a.endswith("/" + dbname)
-        fires_a = _fires(url_a)
-        assert before_backup <= fires_a <= at_archive_point
-        _check_restored(url_a)
+        assert summary["wal_archive"] is None
+        fires_a = _fires(_with_port(db, server))
+        assert h["before_backup"] <= fires_a <= h["at_archive_point"]
+        _check_restored(_with_port(db, server))
     finally:
-        restored_a.close()
+        server.close()
 
-    # 2. with the WAL archive replayed: every fire committed before the archive point as well
-    root_b, port_b = _pg_reachable_dir("fireledger-restored-b-"), free_port()
-    summary = json.loads(cli("restore", "--from", str(backup), "--to-pgdata", str(root_b / "data"),
-                             "--port", str(port_b), "--wal-archive", str(archive), "--json").stdout)
-    assert summary["wal_archive"] == str(archive.resolve())
-    assert (root_b / "data" / "recovery.signal").exists()
-    restored_b = _start_restored(root_b, port_b)
+    # 2. the tar backup and the WAL archive replayed: every fire committed before the archive point
+    server, _, summary = _restore_and_start(tar, "fireledger-restored-b-", "--wal-archive", str(archive))
     try:
-        url_b = _with_port(db, port_b)
-        fires_b = _fires(url_b)
-        assert at_archive_point <= fires_b
-        assert at_archive_point - fires_a, "the archive held no commit the base backup lacked"
-        _check_restored(url_b)
+        assert summary["wal_archive"] == str(archive.resolve())
+        assert h["at_archive_point"] <= _fires(_with_port(db, server))
+        assert h["at_archive_point"] - fires_a, "the archive held no commit the base backup lacked"
+        _check_restored(_with_port(db, server))
     finally:
-        restored_b.close()
+        server.close()
+
+    # 3. replay up to a point in time: what was committed before it, nothing decided after it
+    server, _, summary = _restore_and_start(tar, "fireledger-restored-c-", "--wal-archive", str(archive),
+                                            "--recovery-target-time", h["target"])
+    try:
+        fires_c = _fires(_with_port(db, server))
+        after = {k for k, d in h["decided"].items() if d > h["target_us"]}
+        assert h["before_target"] <= fires_c and after and not fires_c & after
+        _check_restored(_with_port(db, server))
+    finally:
+        server.close()
     assert not any(archive.glob("00000002*")), "a restored copy archived into its source's archive"
 
 
