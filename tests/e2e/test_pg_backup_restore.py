@@ -181,6 +181,19 @@ def _live_history(db: str, tmp_path: Path, archive: Path) -> dict[str, object]:
     return h
 
 
+def _corrupt_copy_is_refused(plain: Path, tmp_path: Path) -> None:
+    """A backup whose files no longer match its backup_manifest fails pg_verifybackup: exit 1, and the
+    new data directory is gone again."""
+    bad = tmp_path / "corrupt" / plain.name
+    shutil.copytree(plain, bad, symlinks=True)
+    with open(bad / "base" / "PG_VERSION", "a") as f:
+        f.write("tampered\n")
+    proc = cli("restore", "--from", str(bad), "--to-pgdata", str(tmp_path / "corrupt-data"), check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "fireledger: restore: --from: pg_verifybackup failed" in proc.stderr, proc.stderr
+    assert not (tmp_path / "corrupt-data").exists()
+
+
 def test_a_live_postgresql_backup_restores_with_and_without_wal_replay(archived_pg, tmp_path):
     source, archive = archived_pg
     db = source.new_database("fl_pgrestore")
@@ -189,6 +202,7 @@ def test_a_live_postgresql_backup_restores_with_and_without_wal_replay(archived_
     plain, tar = Path(h["plain"]), Path(h["tar"])
     _check_manifest(plain, "plain")
     _check_manifest(tar, "tar")
+    _corrupt_copy_is_refused(plain, tmp_path)
 
     # 1. a base backup alone (plain format): every fire committed before it began
     server, _, summary = _restore_and_start(plain, "fireledger-restored-a-")
@@ -247,15 +261,19 @@ def test_postgresql_backup_and_restore_refuse_bad_input(tmp_path):
         "--recovery-target-time": ["restore", "--from", str(backup), "--to-pgdata", new, "--wal-archive",
                                    str(tmp_path), "--recovery-target-time", "yesterday"],
     }
-    for field, args in cases.items():
+    cases["sqlite --port"] = ["restore", "--from", str(sqlite_file), "--to", str(tmp_path / "s.db"), "--port", "5433"]
+    cases["sqlite --format"] = ["backup", "--to", str(tmp_path / "b"), "--db", f"sqlite:///{tmp_path}/x.db",
+                                "--format", "plain"]
+    for case, args in cases.items():
+        field = case.removeprefix("sqlite ")
         proc = cli(*args, check=False)
-        assert proc.returncode == 2, (field, proc.stderr)
-        assert proc.stderr.startswith(f"fireledger: {args[0]}: {field}: "), (field, proc.stderr)
+        assert proc.returncode == 2, (case, proc.stderr)
+        assert proc.stderr.startswith(f"fireledger: {args[0]}: {field}: "), (case, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     busy = cli("restore", "--from", str(backup), "--to-pgdata", str(tmp_path / "busy"), check=False)
     assert busy.returncode == 2 and busy.stderr.startswith("fireledger: restore: --to-pgdata: "), busy.stderr
     no_archive = cli("restore", "--from", str(backup), "--to-pgdata", new, "--recovery-target-time",
                      "2026-01-01T00:00:00Z", check=False)
     assert no_archive.returncode == 2 and "--recovery-target-time: needs --wal-archive" in no_archive.stderr
-    assert not (tmp_path / "new").exists() and not (tmp_path / "b").exists()
+    assert not (tmp_path / "new").exists() and not (tmp_path / "b").exists() and not (tmp_path / "s.db").exists()
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["PG_VERSION"]
