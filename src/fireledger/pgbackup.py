@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from fireledger.errors import FireledgerError
 
@@ -72,9 +72,10 @@ def pg_bin_dir(major: int | None, tool: str = "pg_basebackup") -> Path:
                            f"{major or 'NN'}); put it on PATH")
 
 
-def _run(argv: list[str], field: str, timeout_s: float) -> str:
+def _run(argv: list[str], field: str, timeout_s: float, env: dict[str, str] | None = None) -> str:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         raise PgBackupError(f"{field}: {Path(argv[0]).name} did not finish within {timeout_s:.0f} s") from None
     if proc.returncode != 0:
@@ -90,6 +91,16 @@ def _safe_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return parts._replace(netloc=netloc).geturl()
+
+
+def _password_apart(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its password, and the password as ``PGPASSWORD`` for the child's environment
+    (a password on a command line is visible to every user in the process list)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url, {}
+    netloc = parts.netloc.replace(f":{parts.password}@", "@", 1)
+    return parts._replace(netloc=netloc).geturl(), {"PGPASSWORD": unquote(parts.password)}
 
 
 def _now() -> str:
@@ -133,11 +144,12 @@ def backup_postgres(url: str, folder: Path, fmt: str = "tar", timeout_s: float =
     out = folder / f"fireledger-pg-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}"
     out.mkdir(mode=0o700, parents=True)
     started = _now()
-    argv = [str(bin_dir / "pg_basebackup"), "-d", url, "-D", str(out / "base"), "-X", "stream",
+    bare_url, env = _password_apart(url)
+    argv = [str(bin_dir / "pg_basebackup"), "-d", bare_url, "-D", str(out / "base"), "-X", "stream",
             "--checkpoint=fast", "--no-password", "-l", f"fireledger {started}"]
     argv += ["-Ft", "-z"] if fmt == "tar" else ["-Fp"]
     try:
-        _run(argv, "--db", timeout_s)
+        _run(argv, "--db", timeout_s, env)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
@@ -215,6 +227,10 @@ def _unpack(plan: PgRestorePlan) -> None:
         shutil.copytree(base, data, symlinks=True, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("backup_manifest"))
         return
+    others = sorted(p.name for p in base.glob("*.tar*") if not p.name.startswith(("base.tar", "pg_wal.tar")))
+    if others:   # one archive per tablespace: fireledger creates none; restore those by hand
+        raise PgBackupError(f"--from: the backup holds tablespaces ({', '.join(others)}); restore it with "
+                            "PostgreSQL's documented steps")
     for name, into in (("base.tar", data), ("pg_wal.tar", data / "pg_wal")):
         names = (base / f"{name}{ext}" for ext in (".gz", "", ".lz4", ".zst"))
         archive = next((p for p in names if p.exists()), None)
