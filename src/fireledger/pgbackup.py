@@ -259,7 +259,10 @@ def restore_postgres(plan: PgRestorePlan, timeout_s: float = 6 * 3600) -> dict[s
     created = not plan.pgdata.exists()
     plan.pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        _unpack(plan)
+        try:
+            _unpack(plan)
+        except (OSError, tarfile.TarError) as exc:
+            raise PgBackupError(f"--from: cannot unpack {plan.source} into {plan.pgdata} ({exc})") from None
         bin_dir = pg_bin_dir(int(plan.manifest.get("server_version_num", 0)) // 10000 or None, "pg_verifybackup")
         _run([str(bin_dir / "pg_verifybackup"), "-q", "-m", str(plan.source / "base" / "backup_manifest"),
               str(plan.pgdata)], "--from", timeout_s)

@@ -263,6 +263,7 @@ def test_postgresql_backup_and_restore_refuse_bad_input(tmp_path):
         "--recovery-target-time": ["restore", "--from", str(backup), "--to-pgdata", new, "--wal-archive",
                                    str(tmp_path), "--recovery-target-time", "yesterday"],
     }
+    cases["--to"] = ["restore", "--from", str(backup), "--to-pgdata", new, "--to", str(tmp_path / "s.db")]
     cases["sqlite --port"] = ["restore", "--from", str(sqlite_file), "--to", str(tmp_path / "s.db"), "--port", "5433"]
     cases["sqlite --format"] = ["backup", "--to", str(tmp_path / "b"), "--db", f"sqlite:///{tmp_path}/x.db",
                                 "--format", "plain"]

@@ -89,6 +89,9 @@ def restore_cmd(
     if not src.exists():
         fail(f"--from: no replica or backup at {src}")
     if to_pgdata is not None or read_manifest(src) is not None:
+        if to is not None or force:
+            fail(f"{'--to' if to is not None else '--force'}: a PostgreSQL base backup restores into a new "
+                 "data directory (--to-pgdata NEWDIR), never over an existing one")
         _restore_pg(src, to_pgdata, port, wal_archive, target_time, as_json)
         return
     for name, value in (("--port", port), ("--wal-archive", wal_archive), ("--recovery-target-time", target_time)):
