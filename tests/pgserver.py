@@ -125,8 +125,9 @@ class PgServer:
         return cls(url)
 
     @classmethod
-    def start(cls, *, bin_dir: Path | None = None, max_connections: int = 200) -> PgServer:
-        """initdb + start a private server; raises ``RuntimeError`` with the server log on failure."""
+    def start(cls, *, bin_dir: Path | None = None, max_connections: int = 200, extra_conf: str = "") -> PgServer:
+        """initdb + start a private server; raises ``RuntimeError`` with the server log on failure.
+        ``extra_conf``: lines appended to its postgresql.conf (e.g. ``archive_mode = on``)."""
         bin_dir = bin_dir or find_bin_dir()
         is_root = os.geteuid() == 0
         as_user: list[str] = []
@@ -171,6 +172,7 @@ class PgServer:
                 "full_page_writes = off\n"
                 "shared_buffers = '64MB'\n"
                 "max_prepared_transactions = 0\n"
+                + extra_conf
             )
             with open(data / "postgresql.conf", "a") as f:
                 f.write(conf)

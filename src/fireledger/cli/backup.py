@@ -1,15 +1,20 @@
 """Backups you have restored (issue 16, decision 0126; the work is :mod:`fireledger.replication`):
 
     fireledger restore --from REPLICA|BACKUP [--to DB_PATH] [--force] [--json]
-    fireledger backup --to DIR [--db URL] [--json]
+    fireledger restore --from PG_BACKUP --to-pgdata NEWDIR [--port N] [--wal-archive DIR]
+                       [--recovery-target-time TIME] [--json]
+    fireledger backup --to DIR [--db URL] [--format tar|plain] [--json]
 
 ``restore`` writes a fresh file next to the destination (from a Litestream replica directory — what
 ``serve`` writes with ``FIRELEDGER_REPLICA`` — or a ``fireledger backup`` file), checks it as
 ``fireledger audit verify`` and the shadow rebuilder do, and only then puts it in place; it never
 replaces an existing database without ``--force``. A copy that fails a check is left beside the
 destination (named in the message) and the command exits 1. ``backup`` copies a live SQLite store
-with SQLite's online backup API; PostgreSQL is backed up with ``pg_basebackup`` and a WAL archive
-(docs/operations.md, "Backups and restore").
+with SQLite's online backup API. On PostgreSQL (decision 0190, :mod:`fireledger.pgbackup`) ``backup``
+runs ``pg_basebackup -X stream`` and writes a manifest; ``restore --to-pgdata`` unpacks such a backup
+into a new data directory, checks it with ``pg_verifybackup`` and configures recovery from a WAL
+archive when one is given; the operator starts the server and checks the store (docs/operations.md,
+"Backups and restore").
 
 Bad input prints one line ``fireledger: <command>: <field>: <problem>`` and exits 2, changing nothing.
 """
@@ -40,8 +45,8 @@ def _sqlite_path(db: str, field: str) -> Path:
     from fireledger.store.engine import SqliteEngine, engine_for_url
 
     if db.startswith(("postgresql://", "postgres://")):
-        fail(f"{field}: this command works on the SQLite store; back up and restore PostgreSQL with "
-             f"pg_basebackup and a WAL archive ({PG_DOCS})")
+        fail(f"{field}: a PostgreSQL store is restored from a `fireledger backup` directory with "
+             f"--to-pgdata NEWDIR ({PG_DOCS})")
     try:
         engine = engine_for_url(db)
     except StoreError as exc:
@@ -66,14 +71,32 @@ def restore_cmd(
     db: Db = DEFAULT_DB,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing database (stop serve first).")] = False,
     as_json: AsJson = False,
+    to_pgdata: Annotated[str | None, typer.Option("--to-pgdata", help="PostgreSQL: the new (empty) data "
+                                                                      "directory for a base backup.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="PostgreSQL: the restored server's port.")] = None,
+    wal_archive: Annotated[str | None, typer.Option("--wal-archive", help="PostgreSQL: replay the WAL archive in "
+                                                                          "DIR after the base backup.")] = None,
+    target_time: Annotated[str | None, typer.Option("--recovery-target-time", help="PostgreSQL: stop the replay at "
+                                                                                   "this ISO 8601 time.")] = None,
 ) -> None:
-    """Restore the SQLite store from a replica or a backup, check it, then put it in place."""
+    """Restore the SQLite store from a replica or a backup, check it, then put it in place; or unpack a
+    PostgreSQL base backup into a new data directory (--to-pgdata)."""
+    from fireledger.pgbackup import read_manifest
     from fireledger.replication import ReplicationError, check_restored, install_restored, restore_into
     from fireledger.security.envelope import KekError
 
     src = Path(source.removeprefix("file://")) if source.startswith("file://") else Path(source)
     if not src.exists():
         fail(f"--from: no replica or backup at {src}")
+    if to_pgdata is not None or read_manifest(src) is not None:
+        if to is not None or force:
+            fail(f"{'--to' if to is not None else '--force'}: a PostgreSQL base backup restores into a new "
+                 "data directory (--to-pgdata NEWDIR), never over an existing one")
+        _restore_pg(src, to_pgdata, port, wal_archive, target_time, as_json)
+        return
+    for name, value in (("--port", port), ("--wal-archive", wal_archive), ("--recovery-target-time", target_time)):
+        if value is not None:
+            fail(f"{name}: only for a PostgreSQL restore (--to-pgdata)")
     dest = Path(to) if to is not None else _sqlite_path(db, "--db")
     if dest.is_dir():
         fail(f"--to: {dest} is a directory; name the database file")
@@ -117,14 +140,80 @@ def restore_cmd(
                f"{check.partitions} partitions); start serve on it")
 
 
+def _restore_pg(src: Path, to_pgdata: str | None, port: int | None, wal_archive: str | None,
+                target_time: str | None, as_json: bool) -> None:
+    """``restore --to-pgdata``: unpack, verify and configure a PostgreSQL base backup."""
+    from fireledger.pgbackup import PgBackupError, plan_restore, restore_postgres
+
+    if to_pgdata is None:
+        fail(f"--to-pgdata: {src} is a PostgreSQL base backup; name the new data directory to restore it into")
+    try:
+        plan = plan_restore(src, Path(to_pgdata), port, wal_archive, target_time)
+    except PgBackupError as exc:
+        fail(str(exc))
+    error: PgBackupError | None = None
+    with _progress() as progress:
+        progress.add_task(f"restoring {src} into {plan.pgdata}", total=None)
+        try:
+            out = restore_postgres(plan)
+        except PgBackupError as exc:
+            error = exc
+    if error is not None:
+        print(f"fireledger: restore: {error}; nothing was left in {plan.pgdata}", file=sys.stderr)
+        sys.exit(1)   # the backup failed its check (or a tool failed): a finding, not a usage error
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    replay = f", replaying {out['wal_archive']}" if out["wal_archive"] else ""
+    typer.echo(f"restored {src} into {plan.pgdata} (schema {out['schema_version']}, PostgreSQL "
+               f"{out['server_version']}, checked with pg_verifybackup{replay}); start it as {out['owner']} with "
+               f"`{out['start']}`, then run `fireledger audit verify` and `fireledger due-index rebuild` on it")
+
+
+def _backup_pg(db: str, folder: Path, fmt: str, as_json: bool) -> None:
+    """``backup --db postgresql://…``: ``pg_basebackup -X stream`` and a manifest."""
+    from fireledger.pgbackup import PgBackupError, backup_postgres, server_facts
+
+    try:
+        facts = server_facts(db)   # before the progress display: a refusal is one line
+    except PgBackupError as exc:
+        fail(str(exc))
+    error: PgBackupError | None = None
+    with _progress() as progress:
+        progress.add_task("pg_basebackup", total=None)
+        try:
+            out = backup_postgres(db, folder, fmt, facts=facts)
+        except PgBackupError as exc:
+            error = exc
+    if error is not None:
+        fail(str(error))
+    if as_json:
+        typer.echo(json.dumps({"backup": out["path"], **out}))
+        return
+    typer.echo(f"backed up PostgreSQL {out['server_version']} (schema {out['schema_version']}) to {out['path']} "
+               f"({fmt}); restore it with `fireledger restore --from {out['path']} --to-pgdata NEWDIR`")
+
+
 def backup_cmd(
-    to: Annotated[str, typer.Option("--to", help="The directory to write the backup file into.")],
+    to: Annotated[str, typer.Option("--to", help="The directory to write the backup into.")],
     db: Db = DEFAULT_DB,
     as_json: AsJson = False,
+    fmt: Annotated[str, typer.Option("--format", help="PostgreSQL: tar (gzip) or plain.")] = "tar",
 ) -> None:
-    """Copy the live SQLite store into a new file in DIR (online backup API; serve may keep running)."""
+    """Copy the live SQLite store into a new file in DIR (online backup API; serve may keep running);
+    on PostgreSQL, a pg_basebackup with its WAL and a manifest in a new directory in DIR."""
+    from fireledger.pgbackup import FORMATS
     from fireledger.replication import ReplicationError, backup_sqlite
 
+    is_pg = db.startswith(("postgresql://", "postgres://"))
+    if fmt not in FORMATS or (fmt != "tar" and not is_pg):
+        fail(f"--format: {fmt!r} is not one of {', '.join(FORMATS)} (plain: PostgreSQL only)")
+    if is_pg:
+        folder = Path(to)
+        if folder.exists() and not folder.is_dir():
+            fail(f"--to: {folder} is not a directory")
+        _backup_pg(db, folder, fmt, as_json)
+        return
     path = _sqlite_path(db, "--db")
     if not path.is_file():
         fail(f"--db: no database at {path} (start the service once, or check the path)")
