@@ -137,6 +137,9 @@ BAD = [
     ("FIRELEDGER_PG_STATEMENT_TIMEOUT_MS", "soon"),
     ("FIRELEDGER_REPLICA", "s3://bucket/prefix"),
     ("FIRELEDGER_REPLICA_SYNC_S", "0"),
+    ("FIRELEDGER_TIMING_GATHER_S", "-0.01"),
+    ("FIRELEDGER_TIMING_MAX_SLEEP_S", "0"),
+    ("FIRELEDGER_DISPATCH_IDLE_S", "soon"),
 ]
 #: Free-form values, checked where they are used (a path, a URL the receivers compare, module names,
 #: the KEK, whose decoding names FIRELEDGER_KEK), or a switch where anything but "1" means off.

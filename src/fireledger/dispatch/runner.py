@@ -131,6 +131,7 @@ class Dispatcher:
         after importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
         load_modules(settings.internal_modules)
         kw.setdefault("egress", EgressPolicy(allow_private=settings.allow_private_targets))
+        kw.setdefault("idle_s", settings.pacing.dispatch_idle_s)   # FIRELEDGER_DISPATCH_IDLE_S (decision 0150)
         return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
 
     def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
