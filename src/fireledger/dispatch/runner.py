@@ -20,7 +20,6 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -49,7 +48,7 @@ from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
 from .settling import _Shaper, age_origin_us, decode_payload, dispatch_body, settle, settle_on_error
 
-__all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
+__all__ = ["Dispatcher", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
 log = logging.getLogger("fireledger.dispatch")
 
@@ -62,11 +61,6 @@ ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts start
                          ["lane", "admission"], registry=METRICS.registry)
 WAITING = Gauge("fireledger_dispatch_waiting", "Due fires offered but left waiting at the last claim round, "
                 "by class (what is being shed)", ["node", "admission"], registry=METRICS.registry)
-
-
-def check_env(env: Mapping[str, str] | None = None) -> DispatchConfig:
-    """Validate the dispatch settings in the environment (``ValueError`` naming the variable)."""
-    return DispatchConfig.from_env(env)
 
 
 class Dispatcher:
@@ -111,6 +105,7 @@ class Dispatcher:
         self._lane_inflight: Counter[str] = Counter()
         self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
+        self._left = True   # the last claim round left due work unclaimed (full window, held back): 0150
         self.admitted: Counter[str] = Counter()   # by service class, since start
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
@@ -261,8 +256,10 @@ class Dispatcher:
             if claimed.admission == shaping.Admission.OVER_QUOTA.value:
                 self._over_inflight -= 1
             lane_free = self.config.lane(f.lane).concurrency - self._lane_inflight[f.lane]
-            if self.concurrency - self._inflight >= self._min_claim or lane_free == 1:
-                self.wake()   # room for another claim round
+            # Room for another claim round — worth one only if the last left work behind (a freed slot
+            # adds nothing to claim otherwise: new fires wake the loop through the hand-off or wake_us).
+            if self._left and (self.concurrency - self._inflight >= self._min_claim or lane_free == 1):
+                self.wake()
 
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """Record attempt results in batches until stopped and nothing is left to record. A batch
@@ -297,8 +294,8 @@ class Dispatcher:
         oks = await loop.run_in_executor(executor, self.store.dispatch.settle_dispatch, batch,
                                          self.clock.now().latest_us)
         self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True) if ok and s.state == "delivered")
-        if any(s.state == "pending" for s in batch):
-            self.wake()
+        if self._left or any(s.state == "pending" for s in batch):
+            self.wake()   # a retry to schedule, or in-flight quota freed for work left waiting
         return sum(1 for ok in oks if ok)
 
     # --- the loop -------------------------------------------------------------------------------
@@ -451,18 +448,19 @@ class Dispatcher:
                 cap = self.capacity()
                 fetch = self._fetch(cap)
                 wait_s = self.idle_s
+                self._left = True   # until a claim round says otherwise (no free slot: work may be left)
                 if fetch:
                     try:
                         got = await self._claim_round(loop, executor, cap, fetch)
                         if got is None:
                             break   # stop() does not wait for a claim stuck in the store
                         res = got
+                        full = any(res.offered.get(lane, 0) >= n for lane, n in fetch.items())
+                        self._left = full or bool(res.waiting)
                     except Exception:
                         log.exception("claiming fires failed; retrying")
-                        res = ClaimResult([], None, {}, {})
-                        wait_s = 0.5
+                        res, full, wait_s = ClaimResult([], None, {}, {}), False, 0.5
                     self._take(res)
-                    full = any(res.offered.get(lane, 0) >= n for lane, n in fetch.items())
                     if res.jobs and (full or res.waiting) and self.capacity().total > 0:
                         continue   # a full window: there may be more to claim right away
                     if res.wake_us is not None:
