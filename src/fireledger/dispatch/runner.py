@@ -105,7 +105,7 @@ class Dispatcher:
         self._lane_inflight: Counter[str] = Counter()
         self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
-        self._left = True   # the last claim round left due work unclaimed (full window, held back): 0150
+        self._left = True   # the last claim round left due work unclaimed (full window, held back): 0151
         self.admitted: Counter[str] = Counter()   # by service class, since start
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
