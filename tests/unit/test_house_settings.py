@@ -140,6 +140,7 @@ BAD = [
     ("FIRELEDGER_TIMING_GATHER_S", "-0.01"),
     ("FIRELEDGER_TIMING_MAX_SLEEP_S", "0"),
     ("FIRELEDGER_DISPATCH_IDLE_S", "soon"),
+    ("FIRELEDGER_DISPATCH_SETTLE_GATHER_S", "-1"),
 ]
 #: Free-form values, checked where they are used (a path, a URL the receivers compare, module names,
 #: the KEK, whose decoding names FIRELEDGER_KEK), or a switch where anything but "1" means off.

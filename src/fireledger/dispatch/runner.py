@@ -74,7 +74,8 @@ class Dispatcher:
                  lanes: tuple[str, ...] = LANES, concurrency: int | None = None, batch: int | None = None,
                  idle_s: float = 0.5, sender: HttpSender | None = None, keys: KeyRingFile | None = None,
                  issuer: str = "http://127.0.0.1:8080", config: DispatchConfig | None = None,
-                 internal: InternalRegistry | None = None, egress: EgressPolicy | None = None) -> None:
+                 internal: InternalRegistry | None = None, egress: EgressPolicy | None = None,
+                 settle_gather_s: float = 0.0) -> None:
         cfg = config or DispatchConfig()
         if concurrency is not None:
             cfg = replace(cfg, concurrency=concurrency)
@@ -91,9 +92,8 @@ class Dispatcher:
         self.concurrency = cfg.concurrency
         self.batch = cfg.batch
         self.idle_s = idle_s
-        self.sender = sender
-        self.keys = keys
-        self.issuer = issuer
+        self.settle_gather_s = settle_gather_s   # least time between the starts of two recordings (0152)
+        self.sender, self.keys, self.issuer = sender, keys, issuer
         self.internal = internal if internal is not None else REGISTRY
         self.egress = egress   # the sender's egress policy (None: from the environment, see HttpSender)
         self._wake: asyncio.Event | None = None
@@ -101,9 +101,8 @@ class Dispatcher:
         self._results: list[Settlement] = []
         self._flush_event: asyncio.Event | None = None
         self.delivered = 0
-        self._inflight = 0
+        self._inflight = self._over_inflight = 0
         self._lane_inflight: Counter[str] = Counter()
-        self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
         self._left = True   # the last claim round left due work unclaimed (full window, held back): 0151
         self.admitted: Counter[str] = Counter()   # by service class, since start
@@ -127,6 +126,7 @@ class Dispatcher:
         load_modules(settings.internal_modules)
         kw.setdefault("egress", EgressPolicy(allow_private=settings.allow_private_targets))
         kw.setdefault("idle_s", settings.pacing.dispatch_idle_s)   # FIRELEDGER_DISPATCH_IDLE_S (decision 0150)
+        kw.setdefault("settle_gather_s", settings.pacing.dispatch_settle_gather_s)   # decision 0152
         return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
 
     def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
@@ -256,8 +256,7 @@ class Dispatcher:
             if claimed.admission == shaping.Admission.OVER_QUOTA.value:
                 self._over_inflight -= 1
             lane_free = self.config.lane(f.lane).concurrency - self._lane_inflight[f.lane]
-            # Room for another claim round — worth one only if the last left work behind (a freed slot
-            # adds nothing to claim otherwise: new fires wake the loop through the hand-off or wake_us).
+            # Room for another claim round: worth one only if the last left work behind (decision 0151).
             if self._left and (self.concurrency - self._inflight >= self._min_claim or lane_free == 1):
                 self.wake()
 
@@ -268,7 +267,7 @@ class Dispatcher:
         back the others. Stopping does not wait for a store that never answers: :meth:`run`
         abandons this task at its drain deadline."""
         assert self._flush_event is not None
-        failures = 0
+        failures, last = 0, -math.inf
         while True:
             if not self._results:
                 if self._stopping:
@@ -276,7 +275,9 @@ class Dispatcher:
                 await self._flush_event.wait()
                 self._flush_event.clear()
                 continue
-            batch, self._results = self._results, []
+            if (pause := self.settle_gather_s - (loop.time() - last)) > 0 and not self._stopping:
+                await asyncio.sleep(pause)   # results finishing meanwhile share the transaction (0152)
+            batch, self._results, last = self._results, [], loop.time()
             try:
                 await self._record(loop, executor, batch)
                 failures = 0

@@ -12,6 +12,10 @@ seconds:
   fire early (a cycle still claims only instants ≤ the clock's earliest bound). 0 turns it off.
 * ``timing_max_sleep_s`` (default 0.5): the longest the timing loop sleeps with nothing due, which
   bounds how late it sees a definition changed by another process without a notification.
+* ``dispatch_settle_gather_s`` (default 0.01): the dispatcher records attempt results no sooner than
+  this after it last started recording them: results that finish meanwhile share one transaction
+  (decision 0152). It delays the recording, which releases the fire's lease and its tenant's
+  in-flight slot, by at most this. 0 turns it off.
 * ``dispatch_idle_s`` (default 0.5): the longest the dispatcher sleeps with nothing to claim, which
   bounds how late a split ``dispatch`` process (no hand-off from a timing plane in its process, no
   notification) starts a fire committed by another process.
@@ -34,12 +38,13 @@ class Pacing:
     timing_gather_s: float = 0.02
     timing_max_sleep_s: float = 0.5
     dispatch_idle_s: float = 0.5
+    dispatch_settle_gather_s: float = 0.01
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Pacing:
         """The pacing with ``FIRELEDGER_<FIELD>`` overrides from ``env``. Raises ``ValueError`` naming
-        the variable when a value is not a number of seconds in range (``timing_gather_s`` from 0, the
-        others above 0; all at most :data:`MAX_PACING_S`)."""
+        the variable when a value is not a number of seconds in range (the gather windows from 0, the
+        sleeps above 0; all at most :data:`MAX_PACING_S`)."""
         values: dict[str, float] = {}
         for f in fields(cls):
             name = f"FIRELEDGER_{f.name.upper()}"
@@ -50,9 +55,9 @@ class Pacing:
                 v = float(raw)
             except ValueError:
                 v = math.nan
-            low_ok = v >= 0 if f.name == "timing_gather_s" else v > 0
+            low_ok = v >= 0 if f.name.endswith("gather_s") else v > 0
             if not (low_ok and v <= MAX_PACING_S):   # also refuses NaN
-                floor = "0" if f.name == "timing_gather_s" else "more than 0"
+                floor = "0" if f.name.endswith("gather_s") else "more than 0"
                 raise ValueError(f"{name}: {raw!r} is not a number of seconds from {floor} to {MAX_PACING_S:g}")
             values[f.name] = v
         return cls(**values)
