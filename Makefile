@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
+	@echo "fireledger: console on http://127.0.0.1:8080/console/ (http://127.0.0.1:8080/ leads there; sign in with a token)"
 	@echo "fireledger: API on http://127.0.0.1:8080/v1 (schema: /openapi.json, metrics: /metrics)"
 	@echo "fireledger: get a token with: $(BIN)/fireledger tenant create acme --json"
 	@echo "fireledger: local demo mode: loopback/private targets allowed (FIRELEDGER_ALLOW_PRIVATE_TARGETS=1)"

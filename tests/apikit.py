@@ -84,14 +84,15 @@ class Session:
 
 class Api:
     def __init__(self, tmp_path: Path, *, allow_private_targets: bool = False,
-                 metrics_cache_s: float | None = None) -> None:
+                 metrics_cache_s: float | None = None, settings: Any = None) -> None:
         self.store = Store.open(f"sqlite:///{tmp_path}/api.db")
         self.clock = FakeClock(true_us=T0)
         self.changes = 0
         self._tenants = 0
         self.bodies: list[bytes] = []
         self.app = create_app(self.store, self.clock, on_definition_change=self._changed,
-                              allow_private_targets=allow_private_targets, metrics_cache_s=metrics_cache_s)
+                              allow_private_targets=allow_private_targets, metrics_cache_s=metrics_cache_s,
+                              settings=settings)
         self.http = TestClient(self.app, raise_server_exceptions=False)
         self.http.__enter__()  # one event loop for the whole test (and the app's lifespan)
         self.anon = Session(self, None)

@@ -22,6 +22,7 @@ from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.retention import retention_loop
+from fireledger.reverify import reverify_loop
 from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
 from fireledger.settings import Settings, parse_dispatch_processes, parse_trusted_proxies, process_env
@@ -286,6 +287,9 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
         jobs.append(asyncio.create_task(purge_loop(store), name="purge"))
         # History past the retention window is archived and purged by the control plane's job.
         jobs.append(asyncio.create_task(retention_loop(store, clock, settings=settings), name="retention"))
+        # Verifications near their expiry are renewed, and lapsed ones marked, by the control plane (0170).
+        jobs.append(asyncio.create_task(reverify_loop(store, clock, settings.verification,
+                                                      allow_private=settings.allow_private_targets), name="reverify"))
     # The due age (per partition) is read from the store at scrape time by the control plane's
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     waiter = asyncio.create_task(stop.wait())

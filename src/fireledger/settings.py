@@ -1,17 +1,15 @@
 """Every ``FIRELEDGER_*`` setting of the service, read in one place (issue 14, decision 0106).
 
-:meth:`Settings.from_env` reads the environment once and checks every setting; a bad value raises
-:class:`SettingError` (a ``ValueError``) whose message starts with the variable's name, e.g.
-``FIRELEDGER_STOP_TIMEOUT_S: '0' is not a number of seconds from 1 to 600``. The entry points
-(``fireledger serve|control|timing|dispatch`` and the operator commands) build one ``Settings`` at
-start-up and pass it down (``Dispatcher.from_settings``, ``TimingNode.build(settings=...)``,
-``service.run(..., settings=...)``); a bad value stops the start with exit status 2.
+:meth:`Settings.from_env` reads the environment once and checks every setting; a bad value raises :class:`SettingError`
+(a ``ValueError``) whose message starts with the variable's name, e.g. ``FIRELEDGER_STOP_TIMEOUT_S: '0' is not a
+number of seconds from 1 to 600``. The entry points (``fireledger serve|control|timing|dispatch`` and the operator
+commands) build one ``Settings`` at start-up and pass it down (``Dispatcher.from_settings``,
+``TimingNode.build(settings=...)``, ``service.run(..., settings=...)``); a bad value exits with status 2.
 
-The parsers below (``parse_*``) are the only place each setting's syntax, default and message are
-defined. The modules that own a setting keep a thin helper (``stop_timeout_s()``,
-``DispatchConfig.from_env()`` ...) for embedding and tests: it calls the same parser on the mapping
-it is given, or on :func:`process_env` when given none. This module is the only one that touches
-``os.environ`` (checked by tests/test_house_settings.py).
+The parsers below (``parse_*``; the verification settings' in :mod:`fireledger.verifysettings`) are the only place
+each setting's syntax, default and message are defined. The modules that own a setting keep a thin helper
+(``stop_timeout_s()``, ``DispatchConfig.from_env()`` ...) for embedding and tests: it calls the same parser on the
+mapping it is given, or on :func:`process_env` when given none. Only this module touches ``os.environ``.
 
 Pure apart from :func:`process_env`: no I/O, no imports above the pure core.
 """
@@ -21,13 +19,14 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fireledger.domain.pacing import PACING_VARIABLES, Pacing
 from fireledger.domain.policies import MISS_THRESHOLD_ENV, miss_threshold_from
 from fireledger.errors import FireledgerError
+from fireledger.verifysettings import VERIFICATION_VARIABLES, VerificationSettings
 
 __all__ = [
     "LANE_NAMES", "LeaseSettings", "SettingError", "Settings", "parse_allow_private_targets", "parse_backfill_max",
@@ -376,15 +375,12 @@ class LeaseSettings:
         return s
 
 
-def _checked(parse: Callable[[Mapping[str, str]], Any], env: Mapping[str, str]) -> Any:
-    """``parse(env)`` of a pure-core parser, its ``ValueError`` (which names the variable) a ``SettingError``."""
+def _checked(parse: Any, env: Mapping[str, str]) -> Any:
+    """``parse(env)`` with its ``ValueError`` (naming the variable) as a :class:`SettingError`."""
     try:
         return parse(env)
     except ValueError as exc:
         raise SettingError(str(exc)) from None
-
-
-# --- the object the entry points pass down ---------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +411,7 @@ class Settings:
     max_principals_per_tenant: int = 1_000          # FIRELEDGER_MAX_PRINCIPALS_PER_TENANT
     history_retention_days: int = 90                # FIRELEDGER_HISTORY_RETENTION_DAYS
     history_archive_dir: str | None = None          # FIRELEDGER_HISTORY_ARCHIVE_DIR (beside the store)
+    verification: VerificationSettings = field(default_factory=VerificationSettings)   # fireledger.verifysettings
     # timing plane
     miss_threshold_us: int = 60_000_000             # FIRELEDGER_MISS_THRESHOLD_S (60 s)
     timing_leases: bool | None = None               # FIRELEDGER_TIMING_LEASES (auto: on PostgreSQL)
@@ -460,6 +457,7 @@ class Settings:
             "max_principals_per_tenant": parse_per_tenant_limit(e, "FIRELEDGER_MAX_PRINCIPALS_PER_TENANT", 1_000),
             "history_retention_days": parse_retention_days(e),
             "history_archive_dir": _optional(e, "FIRELEDGER_HISTORY_ARCHIVE_DIR"),
+            "verification": _checked(VerificationSettings.from_env, e),
             "miss_threshold_us": _checked(miss_threshold_from, e),
             "timing_leases": parse_flag(e, "FIRELEDGER_TIMING_LEASES"),
             "shadow": parse_flag(e, "FIRELEDGER_SHADOW"),
@@ -496,5 +494,5 @@ VARIABLES: tuple[str, ...] = (
     "FIRELEDGER_DISPATCH_PROCESSES", "FIRELEDGER_DISPATCH_CONCURRENCY", "FIRELEDGER_OVER_QUOTA_SHARE",
     "FIRELEDGER_CONNECT_TIMEOUT_S", *(lane_variable(lane) for lane in LANE_NAMES), "FIRELEDGER_INTERNAL_MODULES",
     "FIRELEDGER_PG_CONNECT_TIMEOUT_S", "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS",
-    "FIRELEDGER_REPLICA", "FIRELEDGER_REPLICA_SYNC_S", *PACING_VARIABLES,
+    "FIRELEDGER_REPLICA", "FIRELEDGER_REPLICA_SYNC_S", *VERIFICATION_VARIABLES, *PACING_VARIABLES,
 )

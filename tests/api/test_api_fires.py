@@ -77,7 +77,7 @@ def test_fires_listed_oldest_first_with_attempts(api: Api) -> None:
         "finished_at": "2026-03-27T13:00:00.009000Z",
         "state": "delivered", "cause": None, "kind": "scheduled", "lane": "on-time", "version": 1,
         "tzdata_version": TZDATA_VERSION, "decided_by": "node-a", "eps_s": None, "eps_source": None,
-        "lateness_s": 0.005, "redriven_at": None,
+        "lateness_s": 0.005, "redriven_at": None, "warnings": [],
         "attempts": [{"attempt": 1, "started_at": "2026-03-27T13:00:00.005000Z",
                       "finished_at": "2026-03-27T13:00:00.009000Z", "result": "delivered",
                       "http_status": 204, "error": None, "duration_s": 0.004}],

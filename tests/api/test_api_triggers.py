@@ -44,8 +44,9 @@ def test_create_returns_the_view_with_the_literal_next_instant(api: Api) -> None
         "retry": {"max_attempts": 8, "min_backoff": "1s", "max_backoff": "5m", "max_event_age": None},
         "next_instant": "2026-03-30T07:00:00Z", "pause_reason": None, "tzdata_version": TZDATA_VERSION,
         "created_at": "2026-03-27T12:00:00Z", "updated_at": "2026-03-27T12:00:00Z",
+        "payload_digest": t["payload_digest"],   # keyed, opaque (decision 0186; tests/api/test_payload_digest.py)
     }
-    assert "payload" not in t
+    assert "payload" not in t and t["payload_digest"].startswith("hmac-sha256:")
     # The due row says the same; the version stored the payload, the schedule normalised.
     stored = api.store.registry.get_trigger(tenant_id, t["id"])
     assert stored is not None and stored.next_us == us("2026-03-30T07:00:00Z")

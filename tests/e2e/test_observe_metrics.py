@@ -95,6 +95,8 @@ def test_shipped_alert_rules_and_dashboard_use_exported_metrics(api: Api) -> Non
     rules = (ROOT / "deploy" / "prometheus" / "alerts.yml").read_text()
     assert re.search(rf"max by \(partition\) \({DUE_AGE}\) > 60", rules)
     assert "severity: page" in rules
+    # Issue 17 item 3: verifications expiring unrenewed raise a ticket per tenant (decision 0172).
+    assert re.search(r"max by \(tenant\) \(fireledger_targets_verification_expiring\) > 0", rules)
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "fireledger.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     assert exprs and any(DUE_AGE in e for e in exprs)

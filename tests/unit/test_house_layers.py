@@ -179,6 +179,7 @@ def test_the_console_script_entry_point_and_every_command_are_there() -> None:
         "tenant": ["create", "delete", "purge", "quota"], "db": ["upgrade"], "audit": ["export", "head", "verify"],
         "history": ["export", "purge"], "due-index": ["rebuild", "report"], "partitions": ["set", "show"],
         "report": ["smearing"], "keys": ["prune", "rotate", "show", "stage"], "restore": None, "backup": None,
+        "apply": None,
     }
     assert 'fireledger = "fireledger.cli:main"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 

@@ -141,6 +141,9 @@ BAD = [
     ("FIRELEDGER_TIMING_MAX_SLEEP_S", "0"),
     ("FIRELEDGER_DISPATCH_IDLE_S", "soon"),
     ("FIRELEDGER_DISPATCH_SETTLE_GATHER_S", "-1"),
+    ("FIRELEDGER_VERIFICATION_VALIDITY_S", "4"),
+    ("FIRELEDGER_REVERIFY_WINDOW_S", "soon"),
+    ("FIRELEDGER_DNS_NAMESERVER", "resolver.example"),
 ]
 #: Free-form values, checked where they are used (a path, a URL the receivers compare, module names,
 #: the KEK, whose decoding names FIRELEDGER_KEK), or a switch where anything but "1" means off.

@@ -10,6 +10,7 @@ Layout (one module per subject; each holds its command functions and a ``COMMAND
 * :mod:`.trust` — ``audit verify|export|head``, ``tenant delete|purge``;
 * :mod:`.timing_ops` — ``due-index rebuild|report``, ``partitions show|set``;
 * :mod:`.dispatch_ops` — ``tenant quota``; :mod:`.backup` — ``restore``, ``backup`` (SQLite; decision 0126);
+* :mod:`.apply` — ``apply -f FILE`` (triggers as code, through :mod:`fireledger.client`; decision 0185);
 * :mod:`.common` — the one ``--db`` default, :func:`~.common.fail`, the store openers, :class:`~.common.Command`.
 
 The planes export functions; only this package holds command-line surfaces (enforced by the
@@ -30,6 +31,7 @@ import typer
 from typer._click import exceptions as click_exc
 
 from . import (
+    apply,
     backfill,
     backup,
     dispatch_ops,
@@ -61,7 +63,7 @@ GROUPS: dict[str, str] = {
 
 #: Every module holding commands, in the order their commands are listed.
 MODULES = (preview, run, trust, operator, evidence, history, timing_ops, dispatch_ops, backfill, reports, keys,
-           backup)
+           backup, apply)
 
 
 def _root() -> None:

@@ -10,6 +10,7 @@ thread). Instants come from the injected :class:`~fireledger.clock.Clock`, never
 Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 
 ====================================  ========  =================================================
+``GET  /``                            —         303 to the web console (``/console/``)
 ``GET  /healthz``                     —         liveness
 ``POST /v1/targets``                  admin     register a target (secret shown once)
 ``GET  /v1/targets[/{id}]``           reader
@@ -18,8 +19,8 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/triggers[/{id}]``          reader
 ``PATCH /v1/triggers/{id}``           author    (+ policy to change policy fields)
 ``DELETE /v1/triggers/{id}``          author
-``POST /v1/triggers/{id}/pause``      author
-``POST /v1/triggers/{id}/resume``     author
+``POST /v1/triggers/{id}/pause``      author    audited ``trigger.pause`` (0180)
+``POST /v1/triggers/{id}/resume``     author    audited ``trigger.resume``
 ``GET  /v1/triggers/{id}/preview``    reader
 ``GET  /v1/triggers/{id}/fires``      reader    fire history, oldest first
 ``GET  /v1/fires/{key}``              reader    one fire
@@ -34,6 +35,7 @@ Endpoints and the role each needs (see :mod:`fireledger.control.auth`):
 ``GET  /v1/audit``                    admin     the tenant's audit rows
 ``POST /v1/triggers/{id}/backfill``   backfill  fires for a past window (dry run; audited)
 ``GET  /v1/reports/smearing``         reader    avoided-peak report of jitter smearing
+``GET  /v1/schemas/triggers.json``    —         JSON Schema of an ``apply`` file (public; 0185)
 ====================================  ========  =================================================
 
 A refusal for a missing role (403) is audited. Routes are tagged by surface (management, policy,
@@ -65,6 +67,7 @@ from . import (
     backfill,
     console,
     deadletters,
+    declared,
     history,
     outcomes,
     policy,
@@ -220,6 +223,7 @@ def _include_area_routers(app: FastAPI, settings: Settings | None) -> None:
     app.include_router(queues.router)
     app.include_router(backfill.router)
     app.include_router(reports.router)
+    app.include_router(declared.router)   # GET /v1/schemas/triggers.json: public, for editors (0185)
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -262,7 +266,8 @@ class GuardMiddleware:
         try:
             path: str = scope.get("path", "")
             signed = is_signed_callback(scope.get("method", ""), path)   # the target's signature
-            if (path == "/v1" or path.startswith("/v1/")) and not signed:
+            public = scope.get("method") == "GET" and path == declared.TRIGGERS_SCHEMA_PATH   # a schema (0185)
+            if (path == "/v1" or path.startswith("/v1/")) and not signed and not public:
                 refusal, receive = await self._guard(scope, receive)
                 if refusal is not None:
                     await refusal.response()(scope, receive, send_tracking)

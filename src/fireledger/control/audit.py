@@ -4,7 +4,8 @@ in the transaction of the act).
 
 What is audited (actor = principal id, or ``operator`` / ``system:*``; time; prior and new value):
 tenant creation and deletion, principal creation and revocation, target creation, verification and
-deletion, policy changes of a trigger (the policy fields before and after), and every refusal for a
+deletion, policy changes of a trigger (the policy fields before and after), a pause or resume of a
+trigger (``trigger.pause`` / ``trigger.resume``, decision 0180), and every refusal for a
 missing role or for a bearer token that is not valid (``denied``: the request line, the missing role
 and, for policy fields, which fields; ``count`` refusals per row). Refusals are accounted per principal
 and window, a bounded number written one by one and the rest as one summary row with their count

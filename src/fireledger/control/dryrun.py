@@ -45,6 +45,7 @@ from fireledger.domain.policies import (
 from fireledger.domain.smearing import is_popular
 from fireledger.recurrence import TZDATA_VERSION
 from fireledger.registry import checks
+from fireledger.security.digests import payload_digest
 
 from . import triggers
 from .auth import require
@@ -77,6 +78,8 @@ class DryRunDefinition(BaseModel):
     timeout: str
     retry: RetryView | None = None
     payload_bytes: int = Field(description="Size of the encoded payload (the payload is never echoed).")
+    payload_digest: str | None = Field(None, description="The payload's keyed digest, as GET /v1/triggers/{id} "
+                                                         "shows the stored one's (decision 0186).")
     tzdata_version: str
 
 
@@ -175,6 +178,7 @@ def dry_run_create(body: TriggerCreate, count: int = Query(10, ge=1, le=1000),
         "stored": False,
         "definition": {"name": checked.name, "schedule": checked.rec.spec(), "target_id": body.target_id,
                        **policy_fields(checked.policies), "payload_bytes": len(checked.payload),
+                       "payload_digest": payload_digest(ctx.store, principal.tenant_id, checked.payload),
                        "tzdata_version": TZDATA_VERSION},
         "next_instant": instant(checked.next_us),
         "items": items,

@@ -33,6 +33,7 @@ from fireledger.domain.keys import FireKey, from_us, to_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
 from fireledger.observe.metrics import LATENESS_BUCKETS
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, parse_instant
+from fireledger.security.targets import LAPSED
 
 from .auth import require
 from .context import ApiContext, get_ctx
@@ -72,6 +73,9 @@ class HistoryAttempt(AttemptView):
 class HistoryFire(FireView):
     lateness_s: float | None = Field(
         description="First dispatch minus scheduled instant, seconds (null: never dispatched).")
+    warnings: list[str] = Field(default_factory=list, description=(
+        "What the tenant must act on, one sentence each: an attempt refused (not sent) because the target's "
+        "ownership verification had lapsed (verify the target again to resume delivery)."))
     attempts: list[HistoryAttempt]  # type: ignore[assignment]
 
 
@@ -160,9 +164,18 @@ def parse_tenant_cursor(cursor: str | None) -> tuple[int, str, int] | None:
 # --- pages --------------------------------------------------------------------------------------
 
 
+def fire_warnings(f: Fire) -> list[str]:
+    """The warnings of a fire's history: each attempt refused because its target's verification lapsed
+    (the refusal starts ``not sent: target verification lapsed``, :data:`~fireledger.security.targets.LAPSED`)."""
+    return [f"attempt {a.number} was not sent: the target's ownership verification had lapsed; verify the "
+            f"target again (POST /v1/targets/{{id}}/verify) to resume delivery ({a.error})"
+            for a in f.attempt_list if a.error and LAPSED in a.error]
+
+
 def history_item(f: Fire) -> dict[str, Any]:
-    """One history item: the fire view (lateness and attempt durations included). Never a payload."""
-    return fire_view(f)
+    """One history item: the fire view (lateness and attempt durations included) and its
+    :func:`fire_warnings`. Never a payload."""
+    return {**fire_view(f), "warnings": fire_warnings(f)}
 
 
 def _trigger_position(cursor: str | None, tenant_form: bool) -> tuple[int, int] | None:
@@ -317,6 +330,8 @@ _CAUSE_EXPLAINED = (
                                "so the two may have run at the same time."),
     ("overlap", "The overlap policy withheld it because the previous fire had not finished."),
     ("failed: HTTP", "The target answered with a final (non-retryable) status."),
+    (f"not sent: {LAPSED}", "The target's ownership verification lapsed (it was not renewed before its expiry), "
+                            "so the attempt was not sent; verify the target again to resume delivery."),
     ("failed: retries exhausted", "Every attempt failed with a retryable error and no attempt was left "
                                   "(the retry policy's max_attempts)."),
     ("failed: retries truncated at the trigger's next instant",
@@ -386,6 +401,7 @@ def fire_story(fire: Fire, trigger: Trigger | None = None, version: TriggerVersi
         if why:
             lines.append((None, why))
     lines.extend(_attempt_lines(f, version))
+    lines.extend((None, f"warning: {w}") for w in fire_warnings(f))
     if f.dispatched_us is not None:
         late = f.dispatched_us - f.scheduled_us
         if late <= ON_TIME_US:
@@ -450,6 +466,7 @@ __all__ = [
     "Lateness",
     "explain_cause",
     "fire_story",
+    "fire_warnings",
     "fires_page",
     "history_item",
     "lateness_summary",

@@ -171,6 +171,11 @@ class TriggerView(BaseModel):
     tzdata_version: str
     created_at: str
     updated_at: str
+    payload_digest: str | None = Field(
+        default=None,
+        description="Keyed digest of the stored payload ('hmac-sha256:…'), equal to the dry run's for an equal "
+                    "payload (JSON value, key order aside): tells whether a payload is the stored one without "
+                    "returning it. Null when the payload cannot be opened (the tenant's key destroyed).")
 
 
 class TriggerPage(BaseModel):

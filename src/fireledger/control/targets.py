@@ -4,10 +4,14 @@ A new ``http`` target is ``unverified``: no trigger may point at it until its or
 ownership — serve the target's ``verification.response`` (the exact body; it is not derivable from
 the request) at ``verification.challenge_path`` = ``/.well-known/fireledger-verification/<token>`` on
 the target's origin, then ``POST /v1/targets/{id}/verify`` (see :mod:`fireledger.security.targets`).
-Verification lasts 30 days; verify again to extend it. A failed or lapsed verification is also
-checked by the attempt runner, which then does not call the target (the fire is recorded ``failed``
-with the cause). A plain-http target with a host name is pinned to the addresses that answered its
-challenge (decision 0089). The URL must be ``https`` unless the operator allows private targets.
+Instead of the challenge path, an ``https`` target may publish the response as the TXT record
+``verification.dns_name`` and verify with ``{"method": "dns"}`` (:mod:`fireledger.security.dnsverify`).
+Verification lasts 30 days (``verification.expires_at``); the control plane renews it automatically
+during its last 7 days (``verification.renews_from``, :mod:`fireledger.reverify`), and a verification
+not renewed by its expiry becomes ``lapsed``. A failed or lapsed verification is also checked by the
+attempt runner, which then does not call the target (the fire is recorded ``failed`` with the cause).
+A plain-http target with a host name is pinned to the addresses that answered its challenge (0089).
+The URL must be ``https`` unless the operator allows private targets.
 
 Creating, verifying and deleting a target need the ``admin`` role and are audited.
 """
@@ -18,10 +22,11 @@ import base64
 import secrets
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from fireledger.dispatch.internal import PREFIX as INTERNAL_PREFIX
 from fireledger.dispatch.internal import name_problem
@@ -31,13 +36,8 @@ from fireledger.domain.trust_records import TargetTrust
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.envelope import sealed_target
 from fireledger.security.limits import max_targets_per_tenant
-from fireledger.security.targets import (
-    VERIFICATION_TTL_S,
-    WELL_KNOWN,
-    forget_cached,
-    prove_ownership,
-    verification_response,
-)
+from fireledger.security.targets import WELL_KNOWN, forget_cached, prove_target, verification_response
+from fireledger.verifysettings import VerificationSettings
 
 from .auth import require
 from .context import ApiContext, get_ctx
@@ -51,8 +51,16 @@ router = APIRouter(prefix="/v1/targets", tags=["management"],
                    responses={401: {"model": Problem}, 403: {"model": Problem}, 422: {"model": Problem}})
 
 
+DNS_LABEL = "_fireledger-verification"   # fireledger.security.dnsverify.DNS_LABEL (dnspython loaded lazily)
+
+
 class VerificationView(BaseModel):
-    state: str = Field(description="unverified, verified or failed.")
+    state: str = Field(description="unverified, verified, failed or lapsed (was verified; not renewed by "
+                                   "expires_at). A trigger may use the target only while verified.",
+                       json_schema_extra={"enum": ["unverified", "verified", "failed", "lapsed"]})
+    method: str | None = Field(None, description="How the verification was proved: http (challenge_path) or "
+                                                 "dns (the TXT record at dns_name); null when never proved.",
+                               json_schema_extra={"enum": ["http", "dns", None]})
     token: str = Field(description="Names the challenge: the last segment of challenge_path.")
     challenge_path: str = Field(description="Where the target's origin serves `response`: "
                                             "/.well-known/fireledger-verification/<token>.")
@@ -63,9 +71,25 @@ class VerificationView(BaseModel):
     addresses: list[str] | None = Field(
         None, description="A plain-http target with a host name: the addresses that answered the challenge; "
                           "attempts connect only to these (verify again after moving it). Null otherwise.")
+    dns_name: str | None = Field(None, description="An https target may instead publish `response` as a TXT "
+                                                   "record at this name and verify with {\"method\": \"dns\"}.")
     verified_at: str | None
-    expires_at: str | None = Field(description="A trigger may use the target until then.")
-    error: str | None = Field(description="Why the last verification failed.")
+    expires_at: str | None = Field(description="A trigger may use the target until then; the verification "
+                                               "is renewed automatically before (renews_from).")
+    renews_from: str | None = Field(None, description="From this instant (7 days before expires_at) the control "
+                                                      "plane proves ownership again by the same method; a failed "
+                                                      "try is retried (every 6 h by default) and recorded in error.")
+    error: str | None = Field(description="Why the last verification (or automatic re-verification) failed.")
+
+
+class VerifyRequest(BaseModel):
+    """The body of ``POST /v1/targets/{id}/verify`` (optional: the http method)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field("http", description="http: fetch challenge_path on the target's origin; dns: read the "
+                                            "TXT record at dns_name (https targets on port 443 only).",
+                        json_schema_extra={"enum": ["http", "dns"]})
 
 
 class TargetOut(BaseModel):
@@ -94,9 +118,17 @@ def new_signing_secret() -> str:
     return new_secret()
 
 
-def view(store: Any, t: Target, trust: TargetTrust | None, *, secret: str | None = None) -> dict[str, Any]:
-    """A target as the API shows it (the secret only when given: the create response)."""
+def _settings(ctx: ApiContext) -> VerificationSettings:
+    return ctx.settings.verification if ctx.settings is not None else VerificationSettings()
+
+
+def view(store: Any, t: Target, trust: TargetTrust | None, *, secret: str | None = None,
+         window_s: float = VerificationSettings().reverify_window_s) -> dict[str, Any]:
+    """A target as the API shows it (the secret only when given: the create response); ``window_s``:
+    how long before the expiry the automatic re-verification starts (``renews_from``)."""
     pinned = trust.pinned if trust else None
+    expires = trust.expires_us if trust else None
+    host = (urlsplit(t.url).hostname or "") if t.kind == "http" and t.url else ""
     out: dict[str, Any] = {
         "id": t.id, "kind": t.kind, "url": t.url,
         "verification": {
@@ -105,8 +137,11 @@ def view(store: Any, t: Target, trust: TargetTrust | None, *, secret: str | None
             "challenge_path": WELL_KNOWN + t.verification_token,
             "response": verification_response(store, t.verification_token, t.id),
             "addresses": sorted(pinned) if pinned is not None else None,
+            "method": trust.method if trust else None,
+            "dns_name": f"{DNS_LABEL}.{host.rstrip('.')}" if host else None,
             "verified_at": instant(trust.verified_us) if trust else None,
-            "expires_at": instant(trust.expires_us) if trust else None,
+            "expires_at": instant(expires),
+            "renews_from": instant(expires - int(window_s * 1e6)) if expires is not None else None,
             "error": trust.error if trust else None,
         },
         "created_at": instant(t.created_us),
@@ -166,7 +201,8 @@ def list_targets(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | None
     after = parse_id_cursor(cursor)
     rows = ctx.store.registry.list_targets(principal.tenant_id, after=after, limit=limit + 1)
     page = rows[:limit]
-    return {"items": [view(ctx.store, t, ctx.store.trust.target_trust(t.id)) for t in page],
+    window_s = _settings(ctx).reverify_window_s
+    return {"items": [view(ctx.store, t, ctx.store.trust.target_trust(t.id), window_s=window_s) for t in page],
             "next": id_cursor(page[-1].id) if len(rows) > limit else None}
 
 
@@ -176,36 +212,41 @@ def get_target(target_id: str, principal: Principal = Depends(require("reader"))
     t = ctx.store.registry.get_target(principal.tenant_id, target_id)
     if t is None:
         raise not_found("target")
-    return view(ctx.store, t, ctx.store.trust.target_trust(t.id))
+    return view(ctx.store, t, ctx.store.trust.target_trust(t.id), window_s=_settings(ctx).reverify_window_s)
 
 
 @router.post("/{target_id}/verify", response_model=TargetOut,
              responses={404: {"model": Problem}, 409: {"model": Problem}},
-             summary="Prove ownership: fetch the challenge on the target's origin (state verified or failed)")
-async def verify_target(target_id: str, principal: Principal = Depends(require("admin")),
+             summary="Prove ownership by the challenge path (http) or the TXT record (dns): state verified or failed")
+async def verify_target(target_id: str, body: VerifyRequest | None = None,
+                        principal: Principal = Depends(require("admin")),
                         ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     t = await anyio.to_thread.run_sync(ctx.store.registry.get_target, principal.tenant_id, target_id)
     if t is None:
         raise not_found("target")
     if t.kind != "http" or not t.url:
         raise conflict(f"a {t.kind} target needs no verification")
-    expected = await anyio.to_thread.run_sync(verification_response, ctx.store, t.verification_token, t.id)
-    cause, addresses = await prove_ownership(t.url, t.verification_token, expected,
-                                             EgressPolicy(allow_private=ctx.allow_private_targets),
-                                             resolver=ctx.resolver)
+    method = body.method if body is not None else "http"
+    if method not in ("http", "dns"):
+        raise invalid([("method", "must be http or dns")])
+    vs = _settings(ctx)
+    cause, addresses = await prove_target(ctx.store, t.id, t.url, t.verification_token, method,
+                                          EgressPolicy(allow_private=ctx.allow_private_targets),
+                                          resolver=ctx.resolver, nameservers=vs.nameservers)
     now_us = ctx.now_us()
     if cause is None:
-        state, verified, expires = "verified", now_us, now_us + VERIFICATION_TTL_S * 1_000_000
+        state, verified, expires = "verified", now_us, now_us + int(vs.validity_s * 1_000_000)
     else:
         state, verified, expires = "failed", None, None
-    ok = await anyio.to_thread.run_sync(partial(ctx.store.trust.set_target_verification, addresses=addresses),
+    ok = await anyio.to_thread.run_sync(partial(ctx.store.trust.set_target_verification, addresses=addresses,
+                                                method=method if cause is None else None),
                                         principal.tenant_id, t.id, state, verified, expires, cause,
                                         principal.id, now_us)
     if not ok:
         raise not_found("target")
     forget_cached(t.id)
     trust = await anyio.to_thread.run_sync(ctx.store.trust.target_trust, t.id)
-    return view(ctx.store, t, trust)
+    return view(ctx.store, t, trust, window_s=vs.reverify_window_s)
 
 
 @router.delete("/{target_id}", status_code=204, response_class=Response,

@@ -28,6 +28,7 @@ from fireledger.domain.model import Principal
 from fireledger.recurrence import Recurrence, RecurrenceError, format_instant, load_zone, preview
 from fireledger.registry import Current, Definition, Registry
 from fireledger.registry.checks import MAX_PAYLOAD_BYTES, POLICY_FIELDS, schedule_error
+from fireledger.security.digests import stored_payload_digest
 
 from . import history
 from .auth import check_role, require
@@ -50,7 +51,7 @@ from .schemas import (
     TriggerPatch,
     TriggerView,
 )
-from .views import fire_view, id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
+from .views import id_cursor, parse_fire_cursor, parse_id_cursor, trigger_view
 
 log = logging.getLogger("fireledger.control")
 
@@ -78,9 +79,15 @@ def _lookup(ctx: ApiContext, principal: Principal, trigger_id: str) -> Current:
     return _registry(ctx).current(principal.tenant_id, trigger_id)
 
 
+def _tview(ctx: ApiContext, t: Any, v: Any) -> dict[str, Any]:
+    """A trigger as the API shows it, with its payload's digest (decision 0186; never the payload)."""
+    return {**trigger_view(t, v), "payload_digest": stored_payload_digest(ctx.store, t.tenant_id, t.id, v.version,
+                                                                          v.payload)}
+
+
 def _view(ctx: ApiContext, principal: Principal, trigger_id: str) -> dict[str, Any]:
     found = _lookup(ctx, principal, trigger_id)
-    return trigger_view(found.trigger, found.version)
+    return _tview(ctx, found.trigger, found.version)
 
 
 def validate_create(ctx: ApiContext, principal: Principal, body: TriggerCreate, now_us: int) -> Definition:
@@ -99,7 +106,7 @@ def create_trigger(body: TriggerCreate, response: Response, principal: Principal
     made = _registry(ctx).create(principal.tenant_id, principal.id, body.model_dump(), now_us=ctx.now_us(),
                                  explicit=body.model_fields_set)
     response.headers["Location"] = f"/v1/triggers/{made.trigger.id}"
-    return trigger_view(made.trigger, made.version)
+    return _tview(ctx, made.trigger, made.version)
 
 
 @router.get("", response_model=TriggerPage, summary="List triggers (by id, paged)")
@@ -113,7 +120,7 @@ def list_triggers(limit: int = Query(100, ge=1, le=1000), cursor: IdCursor | Non
     for t in page:
         v = ctx.store.registry.get_version(t.id, t.current_version)
         if v is not None:
-            items.append(trigger_view(t, v))
+            items.append(_tview(ctx, t, v))
     return {"items": items, "next": id_cursor(page[-1].id) if len(rows) > limit else None}
 
 
@@ -134,7 +141,7 @@ def amend_trigger(trigger_id: str, body: TriggerPatch, principal: Principal = De
     if isinstance(values.get("retry"), BaseModel):   # only the retry fields sent (absent: unchanged)
         values["retry"] = values["retry"].model_dump(exclude_unset=True)
     done = _registry(ctx).amend(principal.tenant_id, principal.id, trigger_id, values, now_us=ctx.now_us())
-    return trigger_view(done.trigger, done.version)
+    return _tview(ctx, done.trigger, done.version)
 
 
 @router.delete("/{trigger_id}", status_code=204, response_class=Response,
@@ -151,8 +158,8 @@ def delete_trigger(trigger_id: str, principal: Principal = Depends(require("auth
                      "recorded so that resume can decide the paused instants by the missed-fire policy")
 def pause_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                   ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    done = _registry(ctx).pause(principal.tenant_id, trigger_id, now_us=ctx.now_us())
-    return trigger_view(done.trigger, done.version)
+    done = _registry(ctx).pause(principal.tenant_id, trigger_id, now_us=ctx.now_us(), actor=principal.id)
+    return _tview(ctx, done.trigger, done.version)
 
 
 @router.post("/{trigger_id}/resume", response_model=TriggerView,
@@ -162,8 +169,8 @@ def pause_trigger(trigger_id: str, principal: Principal = Depends(require("autho
                      "(fire-all / fire-once-now / skip), each non-dispatch with its cause in the history")
 def resume_trigger(trigger_id: str, principal: Principal = Depends(require("author")),
                    ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
-    done = _registry(ctx).resume(principal.tenant_id, trigger_id, now_us=ctx.now_us())
-    return trigger_view(done.trigger, done.version)
+    done = _registry(ctx).resume(principal.tenant_id, trigger_id, now_us=ctx.now_us(), actor=principal.id)
+    return _tview(ctx, done.trigger, done.version)
 
 
 @router.post("/{trigger_id}/run", status_code=201,
@@ -235,7 +242,7 @@ def get_fire(key: str, principal: Principal = Depends(require("reader")),
     fire = ctx.store.history.get_fire(fk)
     if fire is None:
         raise not_found("fire")
-    return fire_view(fire)
+    return history.history_item(fire)
 
 
 __all__ = ["MAX_PAYLOAD_BYTES", "POLICY_FIELDS", "CreateChecked", "ProblemError", "fires_router", "router",

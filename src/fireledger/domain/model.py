@@ -72,6 +72,8 @@ class VerificationState(StrEnum):
     UNVERIFIED = "unverified"
     VERIFIED = "verified"
     FAILED = "failed"
+    #: Was verified; the verification reached its expiry without being renewed (decision 0171).
+    LAPSED = "lapsed"
 
 
 class AttemptResult(StrEnum):

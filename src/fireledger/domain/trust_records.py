@@ -77,6 +77,9 @@ class TargetTrust:
     error: str | None
     deleted_us: int | None
     addresses: str | None = None
+    #: How the verification was proved: ``http`` (the challenge path) or ``dns`` (the TXT record);
+    #: None when never proved.
+    method: str | None = None
 
     @property
     def pinned(self) -> frozenset[str] | None:

@@ -19,6 +19,8 @@ Two sources, one exposition:
     ``fireledger_node_heartbeat_age_seconds{node,role}``, ``fireledger_node_shedding{node,role}`` —
     from ``nodes`` (running nodes only).
   - ``fireledger_store_up`` — 0 when the store could not be read (the scrape still answers).
+  - ``fireledger_targets_verification_expiring{tenant}`` — verified targets whose ownership
+    verification expires within 7 days (the automatic renewal has not succeeded yet; decision 0172).
   - ``fireledger_store_role{role}`` — 1 for the role of the server this process reaches (``primary``,
     ``standby``, ``embedded``, ``unreachable``; :mod:`fireledger.store.role`);
     ``fireledger_store_synchronous`` — 1 while the primary's commits wait for a synchronous standby
@@ -53,6 +55,9 @@ LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 DUE_AGE = "fireledger_oldest_undispatched_due_age_seconds"
 #: How long ``/metrics`` reuses the store's answers (seconds).
 STORE_METRICS_TTL_S = 1.0
+VERIFICATION_EXPIRING = "fireledger_targets_verification_expiring"
+#: The gauge counts verifications expiring within this horizon (7 days: the renewal window).
+EXPIRING_WITHIN_US = 7 * 86_400 * 1_000_000
 
 
 class Metrics:
@@ -164,6 +169,7 @@ class StoreCollector:
             depths = self.store.history.lane_depths()
             leases = self.store.history.lease_rows()
             nodes = self.store.history.node_rows()
+            expiring = self.store.trust.verification_expiring(now_us, now_us + EXPIRING_WITHIN_US)
         except Exception as exc:   # the scrape must answer even when the store does not
             log.warning("metrics: the store could not be read: %s", type(exc).__name__)
             up.add_metric([], 0.0)
@@ -222,6 +228,12 @@ class StoreCollector:
         yield eps
         yield beat
         yield shed
+        soon = GaugeMetricFamily(VERIFICATION_EXPIRING, "Verified targets whose ownership verification expires "
+                                 "within 7 days, per tenant: automatic re-verification has not renewed them "
+                                 "(yet, or it fails: see the target's verification.error)", labels=["tenant"])
+        for tenant in sorted(expiring):
+            soon.add_metric([tenant], float(expiring[tenant]))
+        yield soon
 
 
 METRICS = Metrics()
@@ -239,4 +251,5 @@ def labelled(metric: Any, *labels: str) -> Any:
     return got
 
 
-__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "Metrics", "StoreCollector", "labelled"]
+__all__ = ["DUE_AGE", "LATENESS_BUCKETS", "METRICS", "STORE_METRICS_TTL_S", "VERIFICATION_EXPIRING", "Metrics",
+           "StoreCollector", "labelled"]

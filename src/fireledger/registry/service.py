@@ -14,7 +14,8 @@ What is audited is what was audited before the service existed (decision 0105): 
 amendment that sets a policy field (``trigger.policy``: actor, the policy values before — None at
 creation — and after, and the fields touched), a manual run (``trigger.run``: the fire key) and a
 backfill (``trigger.backfill``: the window and counts, :func:`fireledger.backfill.run_backfill`).
-Pause, resume and delete change no privilege and write no audit row.
+A pause or a resume made for an ``actor`` (the API and the console name one) writes
+``trigger.pause`` / ``trigger.resume`` (decision 0180); a delete writes no audit row.
 
 Refusals are :mod:`.errors` (nothing written): ``Invalid`` (fields), ``NotFound``, ``Conflict`` (a
 state that does not allow the act, or a compare-and-set lost to a concurrent change),
@@ -307,26 +308,31 @@ class Registry:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def pause(self, tenant_id: str, trigger_id: str, *, now_us: int) -> Current:
-        """Pause an active trigger: its due row removed and its resume point recorded (decision
-        0063), one transaction, no audit row. Refuses: ``NotFound``; ``Conflict`` when it is not
+    def pause(self, tenant_id: str, trigger_id: str, *, now_us: int, actor: str | None = None) -> Current:
+        """Pause an active trigger: its due row removed, its resume point recorded (decision 0063)
+        and, when ``actor`` is given, the ``trigger.pause`` audit row by ``actor`` (decision 0180),
+        in one transaction. Refuses, writing nothing: ``NotFound``; ``Conflict`` when it is not
         active or changed meanwhile. Returns the trigger as stored after the pause."""
         found = self.current(tenant_id, trigger_id)
         if found.trigger.state != TriggerState.ACTIVE:
             raise Conflict(f"the trigger is {found.trigger.state.value}, not active")
+        audit = None if actor is None else AuditNote(
+            tenant_id, actor, "trigger.pause", now_us, {"trigger_id": trigger_id, "state": "active"},
+            {"trigger_id": trigger_id, "state": "paused"})
         # Records the resume point: the pause instant, or just before an instant still undecided (0063).
-        if self.store.registry.pause_trigger(found.trigger, now_us) is None:
+        if self.store.registry.pause_trigger(found.trigger, now_us, audit=audit) is None:
             raise Conflict("the trigger changed meanwhile; read it again and retry")
         self._changed()
         return self.current(tenant_id, trigger_id)
 
-    def resume(self, tenant_id: str, trigger_id: str, *, now_us: int) -> Current:
+    def resume(self, tenant_id: str, trigger_id: str, *, now_us: int, actor: str | None = None) -> Current:
         """Resume a paused trigger: the due row restarts at the first instant of the current version
         after the resume point, so the timing plane decides the paused gap by the missed-fire policy
         and horizon (decision 0063); a trigger paused before resume points were recorded restarts
-        after ``now_us``. One transaction (compare-and-set on state, version and resume point), no
-        audit row. Refuses: ``NotFound``; ``Conflict`` when not paused, changed meanwhile, or its
-        stored schedule no longer compiles. Returns the trigger as stored after the resume."""
+        after ``now_us``. One transaction (compare-and-set on state, version and resume point) with,
+        when ``actor`` is given, the ``trigger.resume`` audit row by ``actor`` (decision 0180).
+        Refuses, writing nothing: ``NotFound``; ``Conflict`` when not paused, changed meanwhile, or
+        its stored schedule no longer compiles. Returns the trigger as stored after the resume."""
         found = self.current(tenant_id, trigger_id)
         if found.trigger.state != TriggerState.PAUSED:
             raise Conflict(f"the trigger is {found.trigger.state.value}, not paused")
@@ -338,7 +344,10 @@ class Registry:
         except RecurrenceError as exc:
             raise Conflict(f"the trigger's schedule no longer compiles ({exc.field}: {exc.problem}); amend it "
                            "with a new schedule, then resume") from None
-        if not self.store.registry.resume_trigger(found.trigger, point, nxt, now_us):
+        audit = None if actor is None else AuditNote(
+            tenant_id, actor, "trigger.resume", now_us, {"trigger_id": trigger_id, "state": "paused"},
+            {"trigger_id": trigger_id, "state": "active"})
+        if not self.store.registry.resume_trigger(found.trigger, point, nxt, now_us, audit=audit):
             raise Conflict("the trigger changed meanwhile; read it again and retry")
         self._changed()
         return self.current(tenant_id, trigger_id)

@@ -12,8 +12,9 @@ the target's tenant; it is not in the request, so an origin that echoes the path
 request) cannot produce it. The fetch goes through the egress guard (:mod:`fireledger.security.egress`,
 also its https rule), follows no redirect, sends no cookie or credential, reads at most
 :data:`CHALLENGE_MAX_BYTES` and gives up after :data:`CHALLENGE_TIMEOUT_S`. Success makes the target
-``verified`` until now + :data:`VERIFICATION_TTL_S` (30 days; verify again to extend); failure makes
-it ``failed`` with the cause.
+``verified`` until now + :data:`VERIFICATION_TTL_S` (30 days, ``FIRELEDGER_VERIFICATION_VALIDITY_S``;
+renewed automatically during its last 7 days, :mod:`fireledger.reverify`); failure makes it
+``failed`` with the cause. The DNS TXT method is :mod:`.dnsverify`.
 
 **Address pin** (decision 0089). Over plain http nothing binds a connection to the name that was
 verified, so for a plain-http target whose host is a name :func:`prove_ownership` fetches the
@@ -63,6 +64,8 @@ DISPATCH_CACHE_S = 1.0
 RESPONSE_KEY_LABEL = "target-verification"
 #: At most this many addresses of a plain-http target's name are challenged (and pinned).
 MAX_PINNED_ADDRESSES = 8
+#: The head of the refusal of a target whose verification lapsed (``not sent: <LAPSED>: ...``).
+LAPSED = "target verification lapsed"
 
 
 def expected_response(key: bytes, token: str, target_id: str) -> str:
@@ -231,21 +234,41 @@ async def prove_ownership(target_url: str, token: str, expected: str, policy: Eg
     return None, tuple(sorted(answered))
 
 
+async def prove_target(store: Any, target_id: str, url: str, token: str, method: str, policy: EgressPolicy, *,
+                       resolver: AbstractResolver | None = None,
+                       nameservers: tuple[tuple[str, int], ...] = ()) -> tuple[str | None, tuple[str, ...] | None]:
+    """Prove ownership of target ``target_id`` (``url``, challenge ``token``) by ``method``: ``http``
+    (:func:`prove_ownership`, under ``policy`` and ``resolver``) or ``dns`` (the TXT record of
+    :mod:`.dnsverify`, asking ``nameservers`` or the system's). ``(None, addresses)`` when proved
+    (addresses: the http pin, else None), else ``(cause, None)``. The one entry point of the
+    verify API and of the automatic re-verification."""
+    expected = await asyncio.to_thread(verification_response, store, token, target_id)
+    if method == "dns":
+        from .dnsverify import prove_by_dns  # dnspython is loaded only when the method is used
+
+        return await prove_by_dns(url, expected, nameservers), None
+    return await prove_ownership(url, token, expected, policy, resolver=resolver)
+
+
 def verification_problem(t: Any, now_us: int) -> str | None:
     """Why target ``t`` (a :class:`~fireledger.store.trust.TargetTrust`) may not be used now, or None.
-    Only ``http`` targets need verification; a verification without expiry never lapses."""
+    Only ``http`` targets need verification; a verification without expiry never lapses. A lapsed
+    verification (state ``lapsed``, or ``verified`` past its expiry before the job marked it) is
+    named by a problem starting with :data:`LAPSED`, which the history shows as a warning."""
     if t.deleted_us is not None:
         return f"target {t.id} was deleted"
     if t.kind != "http":
         return None
+    expired = t.expires_us is not None and t.expires_us <= now_us
+    if t.state == "lapsed" or (t.state == "verified" and expired):
+        when = format_instant(from_us(t.expires_us)) if t.expires_us is not None else "its expiry"
+        return (f"{LAPSED}: target {t.id}'s ownership verification lapsed at {when} without being renewed; "
+                f"POST /v1/targets/{t.id}/verify to verify it again")
     if t.state != "verified":
         why = f" ({t.error})" if getattr(t, "error", None) else ""
         return (f"target {t.id}'s ownership is not verified (state {t.state}{why}); serve its "
                 f"verification.response at {WELL_KNOWN}<token> on its origin, then "
                 f"POST /v1/targets/{t.id}/verify")
-    if t.expires_us is not None and t.expires_us <= now_us:
-        return (f"target {t.id}'s ownership verification lapsed at {format_instant(from_us(t.expires_us))}; "
-                f"POST /v1/targets/{t.id}/verify to verify it again")
     if needs_pin(t.url) and not getattr(t, "addresses", None):
         return (f"target {t.id} is plain http and its verification recorded no addresses to pin; "
                 f"POST /v1/targets/{t.id}/verify to verify it again")
@@ -342,6 +365,7 @@ __all__ = [
     "CHALLENGE_MAX_BYTES",
     "CHALLENGE_TIMEOUT_S",
     "DISPATCH_CACHE_S",
+    "LAPSED",
     "MAX_PINNED_ADDRESSES",
     "RESPONSE_KEY_LABEL",
     "VERIFICATION_TTL_S",
@@ -354,6 +378,7 @@ __all__ = [
     "forget_cached",
     "needs_pin",
     "prove_ownership",
+    "prove_target",
     "target_write_problem",
     "verification_problem",
     "verification_response",

@@ -81,10 +81,11 @@ class RegistryGaps(Area):
         super().__init__(engine)
         self._audit = append_audit
 
-    def pause_trigger(self, trigger: Trigger, now_us: int) -> int | None:
-        """Pause an active trigger: compare-and-set on its state, its due row removed and its resume
-        point recorded, in one transaction. Returns the resume point, or None when the trigger was
-        not active any more (changed meanwhile: nothing written)."""
+    def pause_trigger(self, trigger: Trigger, now_us: int, *, audit: AuditNote | None = None) -> int | None:
+        """Pause an active trigger: compare-and-set on its state, its due row removed, its resume
+        point recorded and (when given) the ``audit`` row appended, in one transaction. Returns the
+        resume point, or None when the trigger was not active any more (changed meanwhile: nothing
+        written, no audit row)."""
         key = {"tenant_id": trigger.tenant_id, "id": trigger.id}
         with self.engine.write() as c:
             if not expect_one(c.execute(self.q["gp_pause"], {**key, "now_us": now_us}).rowcount, "pause_trigger"):
@@ -97,6 +98,8 @@ class RegistryGaps(Area):
                 # An instant due at or before the pause but not decided yet stays in the gap.
                 point = min(now_us, int(rows[0][0]) - 1)
             expect_one(c.execute(self.q["gp_set_resume_point"], {**key, "point_us": point}).rowcount, "resume point")
+            if audit is not None:
+                self._audit(c, audit)
             c.execute(self.q["bump_definitions"])
         return point
 
@@ -128,10 +131,12 @@ class RegistryGaps(Area):
             return False, None
         return True, None if row[0] is None else int(row[0])
 
-    def resume_trigger(self, trigger: Trigger, point_us: int | None, next_us: int | None, now_us: int) -> bool:
+    def resume_trigger(self, trigger: Trigger, point_us: int | None, next_us: int | None, now_us: int, *,
+                       audit: AuditNote | None = None) -> bool:
         """Resume a paused trigger with the due row at ``next_us`` (None: the schedule has no instant
-        left, no row). Compare-and-set on the state, the current version and the resume point the
-        caller computed ``next_us`` from: False when any moved (nothing written)."""
+        left, no row) and (when given) the ``audit`` row appended, in one transaction. Compare-and-set
+        on the state, the current version and the resume point the caller computed ``next_us`` from:
+        False when any moved (nothing written, no audit row)."""
         with self.engine.write() as c:
             ok = expect_one(c.execute(self.q["gp_resume"], {
                 "tenant_id": trigger.tenant_id, "id": trigger.id, "now_us": now_us,
@@ -143,6 +148,8 @@ class RegistryGaps(Area):
                 c.execute(self.q["upsert_due"], {"trigger_id": trigger.id, "tenant_id": trigger.tenant_id,
                                                  "partition": trigger.partition, "next_us": next_us,
                                                  "version": trigger.current_version})
+            if audit is not None:
+                self._audit(c, audit)
             c.execute(self.q["bump_definitions"])
         return True
 

@@ -28,7 +28,7 @@ Contracts:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from fireledger.domain.model import Principal, Tenant
@@ -36,7 +36,6 @@ from fireledger.domain.trust_records import (
     SEAL_ACTION,
     AuditEntry,
     AuditNote,
-    TargetTrust,
     canonical,
     chain_mac,
 )
@@ -46,6 +45,7 @@ from . import rows as rec
 from .console import SESSIONS_PER_PRINCIPAL
 from .core import Area
 from .engine import Engine, StoreError
+from .verifications import TargetVerifications
 
 #: The migration that keys the chain; applying it seals any unkeyed rows (:meth:`SqlTrust.seal_legacy_audit`).
 AUDIT_KEYED_MIGRATION = 11
@@ -91,15 +91,6 @@ TRUST_QUERIES: dict[str, str] = {
     ),
     # --- targets --------------------------------------------------------------------------------
     "trust_count_targets": "SELECT COUNT(*) FROM targets WHERE tenant_id = :tenant_id AND deleted_us IS NULL",
-    "trust_target": (
-        "SELECT id, tenant_id, kind, url, verification_state, verification_token, verified_us, "
-        "verification_expires_us, verification_error, deleted_us, verified_addresses FROM targets WHERE id = :id"
-    ),
-    "trust_set_verification": (
-        "UPDATE targets SET verification_state = :state, verified_us = :verified_us, "
-        "verification_expires_us = :expires_us, verification_error = :error, "
-        "verified_addresses = :addresses WHERE tenant_id = :tenant_id AND id = :id AND deleted_us IS NULL"
-    ),
     # --- triggers -------------------------------------------------------------------------------
     "trust_count_live_triggers": (
         "SELECT COUNT(*) FROM triggers WHERE tenant_id = :tenant_id AND state <> 'deleted'"
@@ -188,9 +179,9 @@ def _key_source() -> AuditKeySource:
     return _KEY_SOURCES[0]
 
 
-class SqlTrust(Area):
-    """Audit, principals, verification, tenant keys, console sessions, deletion and purge
-    (see the module docstring)."""
+class SqlTrust(TargetVerifications, Area):
+    """Audit, principals, verification (:class:`~.verifications.TargetVerifications`), tenant keys,
+    console sessions, deletion and purge (see the module docstring)."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
@@ -331,34 +322,6 @@ class SqlTrust(Area):
                                {"principal_id": p.id, "name": p.name, "roles": sorted(p.roles)},
                                {"principal_id": p.id, "revoked": True})
         return "revoked"
-
-    def target_trust(self, target_id: str) -> TargetTrust | None:
-        """The verification state of a target (any tenant's, deleted ones too): the dispatch check."""
-        with self.engine.read() as c:
-            row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
-        return rec.target_trust(row) if row else None
-
-    def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
-                                expires_us: int | None, error: str | None, actor: str, now_us: int,
-                                addresses: Sequence[str] | None = None) -> bool:
-        """Record a verification outcome (and audit the change of state), in one transaction.
-        ``addresses``: the addresses a plain-http target's host name was verified at (the dispatch
-        pin; None for others). False when the tenant has no such live target."""
-        pinned = None if addresses is None else " ".join(sorted(set(addresses)))
-        with self.engine.write() as c:
-            row = c.execute(self.q["trust_target"], {"id": target_id}).fetchone()
-            if row is None or row[1] != tenant_id or row[9] is not None:
-                return False
-            n = c.execute(self.q["trust_set_verification"], {
-                "state": state, "verified_us": verified_us, "expires_us": expires_us, "error": error,
-                "addresses": pinned, "tenant_id": tenant_id, "id": target_id}).rowcount
-            if n != 1:
-                return False
-            self._append_audit(c, tenant_id, actor, "target.verify", now_us,
-                               {"target_id": target_id, "state": row[4], "expires_us": row[7]},
-                               {"target_id": target_id, "state": state, "expires_us": expires_us,
-                                "error": error, **({"addresses": pinned} if pinned is not None else {})})
-        return True
 
     def tenant_wrapped_key(self, tenant_id: str) -> tuple[bool, bytes | None]:
         """``(tenant is live, its wrapped data key or None)``; an unknown tenant is ``(False, None)``."""

@@ -1,6 +1,7 @@
 """The web console: server-rendered HTML (Jinja2, autoescaped), no build step, no JavaScript.
 
-Pages (all under ``/console``, all read only, all scoped to the signed-in tenant):
+Pages (all under ``/console``, all scoped to the signed-in tenant; the act forms — pause, resume,
+run now, backfill, redrive — are :mod:`.actions`'s, each behind the API route's own role check):
 
 * ``/console/login`` — sign in with a token (the one ``fireledger tenant create`` prints; it must
   carry the ``reader`` role). The token is checked once and never kept: the console opens a
@@ -29,9 +30,6 @@ Payloads are never read, let alone shown (DESIGN.md invariant 14). Request bodie
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import secrets
 from importlib import resources
 from typing import Any
@@ -39,13 +37,11 @@ from urllib.parse import parse_qs, urlencode
 
 import anyio
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from fastapi.responses import RedirectResponse, Response
 
 from fireledger.definitions import recurrence_of
 from fireledger.domain.keys import FireKey, from_us
 from fireledger.domain.model import Fire, Principal, Trigger, TriggerVersion
-from fireledger.errors import FireledgerError
 from fireledger.recurrence import RecurrenceError, format_instant, load_zone, preview
 
 from ..auth import hash_token
@@ -58,16 +54,30 @@ from ..history import (
     lateness_summary,
 )
 from ..views import policy_fields
+from .badges import target_badge
+from .session import (
+    COOKIE,
+    PREFIX,
+    SECURITY_HEADERS,
+    _cookie_value,
+    _cross_site,
+    _csrf,
+    _ctx,
+    _principal,
+    _render,
+    _session_id,
+    _SignIn,
+    _when,
+    csrf_token,
+    same_token,
+    session_hash,
+)
 
-COOKIE = "fireledger_console"
 COOKIE_MAX_AGE_S = 8 * 3600
 #: The sign-in form's pre-session nonce (double-submit CSRF), sent back to ``/console/login`` only.
 LOGIN_COOKIE = "fireledger_console_login"
 LOGIN_COOKIE_MAX_AGE_S = 3600
-PREFIX = "/console"
 PUBLIC_URL_ENV = "FIRELEDGER_PUBLIC_URL"
-#: ``Sec-Fetch-Site`` values a console POST may carry (absent: a client that does not send it).
-_SAME_SITE = frozenset({"same-origin", "none"})
 HISTORY_PAGE = 50
 HEALTH_N = 10
 #: Triggers on the list page, and triggers the overview checks for attention (bounded pages).
@@ -75,79 +85,6 @@ LIST_TRIGGERS = 500
 ATTENTION_TRIGGERS = 200
 WINDOWS: dict[str, int] = {"1h": 3600 * 1_000_000, "24h": DAY_US, "7d": 7 * DAY_US, "30d": 30 * DAY_US}
 STATES = ("pending", "dispatching", "held", "delivered", "failed", "unknown", "expired", "skipped")
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-                               "frame-ancestors 'none'; base-uri 'none'",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-}
-
-_env = Environment(loader=PackageLoader("fireledger.control.console", "templates"),
-                   autoescape=select_autoescape(default=True, default_for_string=True),
-                   undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-
-
-class _SignIn(FireledgerError):
-    """Raised by a page when there is no valid session: answered with a redirect to the login."""
-
-
-def _ctx(request: Request) -> ApiContext:
-    ctx: ApiContext = request.app.state.fireledger
-    return ctx
-
-
-def _render(name: str, status: int = 200, **values: Any) -> HTMLResponse:
-    values.setdefault("csrf", "")
-    html = _env.get_template(name).render(prefix=PREFIX, **values)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
-
-
-def _digest(purpose: str, secret: str) -> str:
-    """A one-way, purpose-separated digest of a secret (session id or login nonce), base64url."""
-    raw = hashlib.sha256(f"fireledger/console-{purpose}/v1\x00{secret}".encode()).digest()
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def session_hash(session_id: str) -> str:
-    """What the store keeps of a session id (a database reader cannot sign in with it)."""
-    return _digest("session", session_id)
-
-
-def csrf_token(purpose: str, secret: str) -> str:
-    """The CSRF token of a form: ``purpose`` ``login`` (bound to the login nonce) or ``session``
-    (bound to the session id). Distinct from :func:`session_hash`, so the stored hash is no token."""
-    return _digest(f"csrf-{purpose}", secret)
-
-
-def _cookie_value(request: Request, name: str) -> str | None:
-    value = request.cookies.get(name)
-    if not value or len(value) > 128:
-        return None
-    return value
-
-
-def _session_id(request: Request) -> str | None:
-    return _cookie_value(request, COOKIE)
-
-
-def _principal(request: Request) -> Principal:
-    session_id = _session_id(request)
-    if session_id is None:
-        raise _SignIn()
-    ctx = _ctx(request)
-    principal = ctx.store.trust.console_session(session_hash(session_id), ctx.now_us())
-    if principal is None or "reader" not in principal.roles:
-        raise _SignIn()
-    request.state.console_csrf = csrf_token("session", session_id)
-    return principal
-
-
-def _csrf(request: Request) -> str:
-    """The signed-in page's sign-out token (set by :func:`_principal`)."""
-    return str(getattr(request.state, "console_csrf", ""))
-
 
 def public_url_from_env(env: dict[str, str] | None = None) -> str | None:
     """``FIRELEDGER_PUBLIC_URL`` (the console's address as browsers see it), checked: ``http`` or
@@ -167,19 +104,9 @@ def cookie_secure(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def _cross_site(request: Request) -> bool:
-    """A browser says another site (or a sibling subdomain) sent this request."""
-    site = request.headers.get("sec-fetch-site")
-    return site is not None and site.lower() not in _SAME_SITE
-
-
 def _form(body: bytes) -> dict[str, str]:
     fields = parse_qs(body.decode("latin-1"), max_num_fields=8)
     return {k: v[0] for k, v in fields.items() if v}
-
-
-def _when(us: int | None) -> str:
-    return "—" if us is None else format_instant(from_us(us))
 
 
 def _secs(v: float | None) -> str:
@@ -278,6 +205,7 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 @router.get("")
 def root() -> Response:
+    """``/console`` and, mounted at ``/`` by :func:`mount`, the service's front door: the console."""
     return RedirectResponse(f"{PREFIX}/", status_code=303, headers=SECURITY_HEADERS)
 
 
@@ -303,7 +231,7 @@ async def login(request: Request) -> Response:
     form = _form(await request.body())   # at most 4 KiB (bodylimit)
     nonce = _cookie_value(request, LOGIN_COOKIE)
     sent = form.get("csrf", "")
-    if _cross_site(request) or nonce is None or not hmac.compare_digest(sent, csrf_token("login", nonce)):
+    if _cross_site(request) or nonce is None or not same_token(sent, csrf_token("login", nonce)):
         return _to_login("expired")
     token = form.get("token", "").strip()
     if not token or len(token) > 512:
@@ -334,7 +262,7 @@ async def logout(request: Request) -> Response:
     session_id = _session_id(request)
     if session_id is not None:
         form = _form(await request.body())
-        if _cross_site(request) or not hmac.compare_digest(form.get("csrf", ""), csrf_token("session", session_id)):
+        if _cross_site(request) or not same_token(form.get("csrf", ""), csrf_token("session", session_id)):
             return _render("error.html", 403, signed_in=False,
                            message="That sign-out request did not come from this console; nothing changed.")
         await anyio.to_thread.run_sync(_ctx(request).store.trust.end_console_session, session_hash(session_id))
@@ -441,7 +369,8 @@ def trigger_page(request: Request, trigger_id: str) -> Response:
                    count=summary["count"], lateness=lateness, chart=_chart(summary),
                    states_in_window=sorted(states_in_window.items()), fires=[_fire_row(f) for f in fires],
                    state=state or "", states=STATES, older=older, policies=policy_fields(v.policies) if v else None,
-                   csrf=_csrf(request))
+                   badge=target_badge(ctx, v.target_id, now) if v else None, csrf=_csrf(request),
+                   **_acts(request, principal, trigger_state=t.state.value))
 
 
 @router.get("/fires/{key}")
@@ -459,7 +388,15 @@ def fire_page(request: Request, key: str) -> Response:
     v = ctx.store.registry.get_version(fire.trigger_id, fire.version)
     story = fire_story(fire, t, v, now_us=ctx.now_us())
     return _render("fire.html", signed_in=True, key=key, f=_fire_row(fire), story=story,
-                   trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id, csrf=_csrf(request))
+                   trigger_id=fire.trigger_id, trigger_name=t.name if t else fire.trigger_id, csrf=_csrf(request),
+                   **_acts(request, principal, fire_state=fire.state.value))
+
+
+def _acts(request: Request, principal: Principal, **state: str) -> dict[str, Any]:
+    """The page's action buttons (:func:`.actions.offered`) and the banner of an act just done."""
+    from .actions import done_message, offered
+
+    return {"acts": offered(request, principal, **state), "done": done_message(request.query_params.get("done"))}
 
 
 def mount(app: FastAPI, public_url: str | None = None) -> None:
@@ -472,7 +409,11 @@ def mount(app: FastAPI, public_url: str | None = None) -> None:
         resp = RedirectResponse(f"{PREFIX}/login", status_code=303, headers=SECURITY_HEADERS)
         return resp
 
+    from .actions import router as actions_router
+
+    app.add_api_route("/", root, methods=["GET"], include_in_schema=False)   # a newcomer finds the console
     app.include_router(router)
+    app.include_router(actions_router)   # the act forms (issue 17 item 5)
 
 
 __all__ = ["COOKIE", "LOGIN_COOKIE", "PREFIX", "PUBLIC_URL_ENV", "cookie_secure", "csrf_token", "mount",

@@ -135,10 +135,11 @@ class RegistryStore(Protocol):
         pause or another node's decision; the loop reads it again next cycle."""
         ...
 
-    def pause_trigger(self, trigger: Trigger, now_us: int) -> int | None:
-        """Pause an active trigger: compare-and-set on its state, its due row removed and its resume
-        point recorded, in one transaction. Returns the resume point, or None when the trigger was
-        not active any more (changed meanwhile: nothing written)."""
+    def pause_trigger(self, trigger: Trigger, now_us: int, *, audit: AuditNote | None = None) -> int | None:
+        """Pause an active trigger: compare-and-set on its state, its due row removed, its resume
+        point recorded and (when given) the ``audit`` row appended, in one transaction. Returns the
+        resume point, or None when the trigger was not active any more (changed meanwhile: nothing
+        written, no audit row)."""
         ...
 
     def replace_target_secret(self, target_id: str, old: str, new: str) -> bool:
@@ -150,10 +151,12 @@ class RegistryStore(Protocol):
         trigger paused before resume points were recorded: it resumes from the resume instant)."""
         ...
 
-    def resume_trigger(self, trigger: Trigger, point_us: int | None, next_us: int | None, now_us: int) -> bool:
+    def resume_trigger(self, trigger: Trigger, point_us: int | None, next_us: int | None, now_us: int, *,
+                       audit: AuditNote | None = None) -> bool:
         """Resume a paused trigger with the due row at ``next_us`` (None: the schedule has no instant
-        left, no row). Compare-and-set on the state, the current version and the resume point the
-        caller computed ``next_us`` from: False when any moved (nothing written)."""
+        left, no row) and (when given) the ``audit`` row appended, in one transaction. Compare-and-set
+        on the state, the current version and the resume point the caller computed ``next_us`` from:
+        False when any moved (nothing written, no audit row)."""
         ...
 
     def set_trigger_state(self, trigger: Trigger, state: TriggerState, next_us: int | None,

@@ -140,10 +140,39 @@ class TrustStore(Protocol):
 
     def set_target_verification(self, tenant_id: str, target_id: str, state: str, verified_us: int | None,
                                 expires_us: int | None, error: str | None, actor: str, now_us: int,
-                                addresses: Sequence[str] | None = None) -> bool:
-        """Record a verification outcome (and audit the change of state), in one transaction.
-        ``addresses``: the addresses a plain-http target's host name was verified at (the dispatch
-        pin; None for others). False when the tenant has no such live target."""
+                                addresses: Sequence[str] | None = None, method: str | None = None) -> bool:
+        """Record a verification outcome (and audit the change of state, ``target.verify``), in one
+        transaction; clears the re-verification claim. ``addresses``: the addresses a plain-http
+        target's host name was verified at (the dispatch pin; None for others). ``method``: how it was
+        proved, ``http`` or ``dns`` (None keeps the recorded one). False when the tenant has no such
+        live target."""
+        ...
+
+    def claim_reverifications(self, now_us: int, horizon_us: int, until_us: int, limit: int = 50) -> list[TargetTrust]:
+        """Take up to ``limit`` live verified ``http`` targets whose verification expires in
+        ``(now_us, horizon_us]`` and that no one holds (their claim instant unset or ≤ ``now_us``),
+        soonest expiry first, moving their claim to ``until_us`` — a compare-and-set per target, so two
+        callers (two control processes) never take the same target, and a target whose re-verification
+        failed is not taken again before ``until_us``. Returns the targets taken."""
+        ...
+
+    def note_reverification_failure(self, tenant_id: str, target_id: str, error: str, actor: str,
+                                    now_us: int) -> bool:
+        """Record that re-verifying a live verified target failed: it stays ``verified`` until its
+        expiry, ``error`` becomes its verification error, audited (``target.reverify``), in one
+        transaction. False when the tenant has no such live verified target."""
+        ...
+
+    def lapse_verifications(self, now_us: int, actor: str, limit: int = 100) -> list[TargetTrust]:
+        """Move up to ``limit`` live verified ``http`` targets whose expiry is ≤ ``now_us`` to
+        ``lapsed`` (the error names the instant and the last failed try), each audited
+        (``target.lapse``), in one transaction; returns them as they were before. A target renewed
+        before the compare-and-set is left verified."""
+        ...
+
+    def verification_expiring(self, now_us: int, horizon_us: int) -> dict[str, int]:
+        """Per tenant id, how many live verified ``http`` targets expire in ``(now_us, horizon_us]``
+        (tenants with none absent): the ``fireledger_targets_verification_expiring`` gauge."""
         ...
 
     def target_trust(self, target_id: str) -> TargetTrust | None:
