@@ -12,10 +12,11 @@ seconds:
   fire early (a cycle still claims only instants ≤ the clock's earliest bound). 0 turns it off.
 * ``timing_max_sleep_s`` (default 0.5): the longest the timing loop sleeps with nothing due, which
   bounds how late it sees a definition changed by another process without a notification.
-* ``dispatch_settle_gather_s`` (default 0.01): the dispatcher records attempt results no sooner than
-  this after it last started recording them: results that finish meanwhile share one transaction
-  (decision 0152). It delays the recording, which releases the fire's lease and its tenant's
-  in-flight slot, by at most this. 0 turns it off.
+* ``dispatch_settle_gather_s`` (default 0: off): the dispatcher records attempt results no sooner
+  than this after it last started recording them: results that finish meanwhile share one
+  transaction (decision 0152). It delays the recording, which releases the fire's lease and its
+  tenant's in-flight slot, by at most this — enough to upset the strict shedding order between
+  recovery lanes (see the decision), hence off unless chosen.
 * ``dispatch_idle_s`` (default 0.5): the longest the dispatcher sleeps with nothing to claim, which
   bounds how late a split ``dispatch`` process (no hand-off from a timing plane in its process, no
   notification) starts a fire committed by another process.
@@ -38,7 +39,7 @@ class Pacing:
     timing_gather_s: float = 0.02
     timing_max_sleep_s: float = 0.5
     dispatch_idle_s: float = 0.5
-    dispatch_settle_gather_s: float = 0.01
+    dispatch_settle_gather_s: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Pacing:
