@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmark suite: the sink process, result lines, percentiles, summaries.
+"""Shared pieces of the benchmark suite: the sink process, result lines, percentiles, summaries, and
+the fireledger processes of a topology with their stores (``Planes``, ``Stores``, ``load_stream``).
 
 Every scenario prints one JSON object per system on stdout (``emit``); progress goes to stderr
 (``say``). Lateness is always *arrival at the shared sink* minus *scheduled instant*, both read from
@@ -208,3 +209,99 @@ def ratios(lines: list[dict[str, Any]], ours: str = "fireledger") -> None:
         x["vs_fireledger"] = {"fires_per_s": ratio(x["fires_per_s"], mine["fires_per_s"]),
                               "lateness_p99_s": ratio(x["lateness_p99_s"], mine["lateness_p99_s"])}
     mine["vs_peers"] = vs
+
+
+# --- the fireledger processes of one topology (bench/cost.py, bench/overload.py) -------------------
+
+
+def roles_for(topology: str, split: list[str]) -> list[str]:
+    """The processes of ``topology``: ``["serve"]`` for a ``*-serve`` one, else ``split`` (in start order)."""
+    return ["serve"] if topology.endswith("-serve") else list(split)
+
+
+class Planes:
+    """The fireledger processes ``roles`` on the store at ``url``, each a ``tests/e2e.py`` ``Service``
+    (its own process group, key ring per run, log level ``warning``, ``env`` added), started in order;
+    a failure to start stops those already started. ``prefix`` runs each under a wrapper
+    (``bench/costhook.py``)."""
+
+    def __init__(self, url: str, tmp: Path, roles: list[str], env: dict[str, str] | None = None,
+                 prefix: list[str] | None = None) -> None:
+        from e2e import Service
+
+        self.url = url
+        self.roles = roles
+        base = {"FIRELEDGER_KEYRING": str(tmp / f"keys-{time.monotonic_ns()}.json"), "FIRELEDGER_LOG_LEVEL": "warning"}
+        self.services = [Service(url, tmp, command=r, env={**base, **(env or {})}, prefix=prefix) for r in roles]
+        try:
+            for svc in self.services:
+                svc.start(timeout_s=90)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [svc.proc.pid for svc in self.services if svc.proc is not None]
+
+    def stop(self) -> None:
+        for svc in self.services:
+            svc.stop()
+
+
+def load_stream(url: str, tenant: Any, target: Any, n: int, base_us: int, end_us: int, *,
+                spread: bool) -> dict[str, Any]:
+    """``n`` interval triggers of 1 s from ``base_us`` to ``end_us`` (``not_after``), anchored evenly
+    over the second (``spread``: a distinct instant every 1/n s) or all at ``base_us`` (``n`` fires
+    due at each whole second), bulk-loaded (``bench/load.py``); returns count and load time."""
+    from fireledger.domain.keys import from_us
+    from fireledger.recurrence import format_instant
+    from fireledger.store import Store
+    from load import compiled, load_triggers
+
+    now = time.time_ns() // 1000
+    specs = ({"every": "1s", "anchor": format_instant(from_us(base_us + (i * S // n if spread else 0))),
+              "not_after": format_instant(from_us(end_us - 1))} for i in range(n))
+    store = Store.open(url)
+    try:
+        return load_triggers(store, tenant, target, compiled(specs, now), now)
+    finally:
+        store.close()
+
+
+class Stores:
+    """A fresh store per run: a SQLite file in ``tmp``, or a new, upgraded database on one throwaway
+    PostgreSQL server (``tests/pgserver.py``, started on first use, stopped by :meth:`close`)."""
+
+    def __init__(self, tmp: Path) -> None:
+        from contextlib import ExitStack
+
+        self.tmp = tmp
+        self._stack = ExitStack()
+        self._pg: Any = None
+
+    def fresh(self, topology: str, name: str) -> tuple[str, Path | None]:
+        """``(url, SQLite file or None)`` of a new store for ``topology`` (``sqlite-*`` or ``postgres-*``)."""
+        if topology.startswith("sqlite"):
+            db = self.tmp / f"{name}-{topology}-{time.monotonic_ns()}.db"
+            return f"sqlite:///{db}", db
+        from e2e import cli
+        from pgserver import pg_server_from_env
+
+        if self._pg is None:
+            self._pg = self._stack.enter_context(pg_server_from_env())
+        url = self._pg.new_database(f"fl_{name.replace('-', '_')}")
+        cli("db", "upgrade", "--db", url)
+        return url, None
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def failed_line(scenario: str, topology: str, n: int, exc: BaseException, **extra: Any) -> dict[str, Any]:
+    """The line of a run that failed (one failed run must not lose the others): the keys every line
+    has, empty, and the error."""
+    return {"scenario": scenario, "system": f"fireledger-{topology}", "topology": topology, **extra, "n": n,
+            "delivered": None, "missed": None, "early": None, "duplicate_records": None, "fires_per_s": None,
+            "lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None,
+            "error": f"{type(exc).__name__}: {exc}"[:500], **machine()}

@@ -43,11 +43,23 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchkit import BENCH, SECRET, S, Sink, machine, say, summarise, wait_until
-from fireledger.domain.keys import from_us
-from fireledger.recurrence import format_instant
+import benchkit
+from benchkit import (
+    BENCH,
+    SECRET,
+    S,
+    Sink,
+    Stores,
+    failed_line,
+    load_stream,
+    machine,
+    roles_for,
+    say,
+    summarise,
+    wait_until,
+)
 from fireledger.store import Store
-from load import compiled, load_triggers, tenant_and_target
+from load import tenant_and_target
 
 SCENARIO = "cost"
 TOPOLOGIES = ("sqlite-serve", "sqlite-split", "postgres-serve", "postgres-split")
@@ -178,7 +190,7 @@ class Planes:
     ``bench/costhook.py``."""
 
     def __init__(self, topology: str, url: str, tmp: Path, sink: Sink) -> None:
-        from e2e import BIN, Service
+        from e2e import BIN
 
         self.url = url
         now = time.time_ns() // 1000
@@ -189,35 +201,24 @@ class Planes:
             store.close()
         self.out = tmp / f"cost-{time.monotonic_ns()}"
         self.out.mkdir()
-        env = {"FIRELEDGER_KEYRING": str(tmp / f"cost-keys-{time.monotonic_ns()}.json"),
-               "FIRELEDGER_LOG_LEVEL": "warning", "FIRELEDGER_BENCH_COST_DIR": str(self.out)}
-        self.roles = ["serve"] if topology.endswith("-serve") else ["control", "timing", "dispatch"]
-        prefix = [sys.executable, str(BENCH / "costhook.py")]
-        self.services = [Service(url, tmp, command=r, env=env, prefix=prefix) for r in self.roles]
+        self.roles = roles_for(topology, ["control", "timing", "dispatch"])
         assert BIN.exists()
+        self.planes = benchkit.Planes(url, tmp, self.roles, env={"FIRELEDGER_BENCH_COST_DIR": str(self.out)},
+                                      prefix=[sys.executable, str(BENCH / "costhook.py")])
+        # A plane without an HTTP listener has no health check: wait until its hook is installed.
         try:
-            for svc in self.services:
-                svc.start(timeout_s=90)
+            wait_until(lambda: all((self.out / f"{pid}.json").exists() for pid in self.pids), 60,
+                       what="the planes' counters")
         except BaseException:
             self.stop()
             raise
-        # A plane without an HTTP listener has no health check: wait until its hook is installed.
-        wait_until(lambda: all((self.out / f"{pid}.json").exists() for pid in self.pids), 60,
-                   what="the planes' counters")
 
     @property
     def pids(self) -> list[int]:
-        return [svc.proc.pid for svc in self.services if svc.proc is not None]
+        return self.planes.pids
 
     def load(self, rate: int, base_us: int, end_us: int) -> dict[str, Any]:
-        now = time.time_ns() // 1000
-        specs = ({"every": "1s", "anchor": format_instant(from_us(base_us + i * S // rate)),
-                  "not_after": format_instant(from_us(end_us - 1))} for i in range(rate))
-        store = Store.open(self.url)
-        try:
-            return load_triggers(store, self.tenant, self.target, compiled(specs, now), now)
-        finally:
-            store.close()
+        return load_stream(self.url, self.tenant, self.target, rate, base_us, end_us, spread=True)
 
     def sample(self) -> dict[str, Any]:
         """CPU seconds and statement counters per role, now."""
@@ -226,8 +227,7 @@ class Planes:
                                                                                         strict=True)}
 
     def stop(self) -> None:
-        for svc in self.services:
-            svc.stop()
+        self.planes.stop()
 
 
 def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -347,36 +347,23 @@ def one(topology: str, url: str, db: Path | None, tmp: Path, sink: Sink, rate: i
 
 
 def scenario(tmp: Path, quick: bool, topologies: tuple[str, ...] | None = None,
-             sink: Sink | None = None) -> Iterator[dict[str, Any]]:
+             sink: Sink | None = None, rate: int = RATE) -> Iterator[dict[str, Any]]:
     """Every topology's line (module docstring), as each run ends; one PostgreSQL server for both
-    PostgreSQL topologies (a fresh database each)."""
-    from e2e import cli
-    from pgserver import pg_server_from_env
-
+    PostgreSQL topologies (a fresh database each). ``rate``: fires/s (a lower one keeps up on a busy
+    machine, where per-cycle costs show; at 1,000/s a loaded machine batches everything)."""
     duration_s, warm_s = (5, 1) if quick else (10, 2)
     with ExitStack() as stack:
         if sink is None:
             sink = Sink(tmp)
             stack.callback(sink.close)
-        pg = None
+        stores = Stores(tmp)
+        stack.callback(stores.close)
         for topology in topologies or TOPOLOGIES:
-            db: Path | None = None
-            if topology.startswith("sqlite"):
-                db = tmp / f"cost-{topology}-{time.monotonic_ns()}.db"
-                url = f"sqlite:///{db}"
-            else:
-                if pg is None:
-                    pg = stack.enter_context(pg_server_from_env())
-                url = pg.new_database("fl_cost")
-                cli("db", "upgrade", "--db", url)
+            url, db = stores.fresh(topology, "cost")
             try:
-                line = one(topology, url, db, tmp, sink, RATE, duration_s, warm_s)
+                line = one(topology, url, db, tmp, sink, rate, duration_s, warm_s)
             except Exception as exc:   # one failed run must not lose the others
-                line = {"scenario": SCENARIO, "system": f"fireledger-{topology}", "topology": topology,
-                        "n": RATE * duration_s, "delivered": None, "missed": None, "early": None,
-                        "duplicate_records": None, "fires_per_s": None, "lateness_p50_s": None,
-                        "lateness_p99_s": None, "lateness_max_s": None,
-                        "error": f"{type(exc).__name__}: {exc}"[:500], **machine()}
+                line = failed_line(SCENARIO, topology, rate * duration_s, exc)
             say(f"{SCENARIO} {topology}: {line.get('cpu_us_per_fire')} CPU-µs/fire "
                 f"{line.get('cpu_us_per_fire_by_plane')}, {line.get('statements_per_fire')} statements/fire, "
                 f"WAL {line.get('wal_bytes_per_fire')} B/fire")

@@ -32,11 +32,22 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchkit import BENCH, SECRET, S, Sink, machine, say, summarise, wait_until
-from fireledger.domain.keys import from_us
-from fireledger.recurrence import format_instant
+from benchkit import (
+    BENCH,
+    SECRET,
+    Planes,
+    S,
+    Sink,
+    Stores,
+    failed_line,
+    load_stream,
+    machine,
+    roles_for,
+    say,
+    summarise,
+    wait_until,
+)
 from fireledger.store import Store
-from load import compiled, load_triggers
 
 SCENARIO = "tenant-overload"
 TOPOLOGIES = ("sqlite-serve", "postgres-serve", "postgres-split")
@@ -62,7 +73,6 @@ class Plane:
     """A fresh store with one default-quota tenant and target, and the processes of one topology."""
 
     def __init__(self, topology: str, url: str, tmp: Path, receiver_url: str) -> None:
-        from e2e import Service
         from storekit import add_target, add_tenant
 
         self.url = url
@@ -73,32 +83,15 @@ class Plane:
             self.target = add_target(store, self.tenant, url=receiver_url, secret=SECRET, now_us=now)
         finally:
             store.close()
-        env = {"FIRELEDGER_KEYRING": str(tmp / f"keys-{time.monotonic_ns()}.json"),
-               "FIRELEDGER_LOG_LEVEL": "warning"}
-        roles = ["serve"] if topology.endswith("-serve") else ["control", "dispatch", "dispatch", "timing"]
-        self.services = [Service(url, tmp, command=r, env=env) for r in roles]
-        try:
-            for svc in self.services:
-                svc.start(timeout_s=90)
-        except BaseException:
-            self.stop()
-            raise
+        self.planes = Planes(url, tmp, roles_for(topology, ["control", "dispatch", "dispatch", "timing"]))
 
     def load(self, n: int, base_us: int, end_us: int, spread: bool = False) -> dict[str, Any]:
         """``n`` triggers of 1 s from ``base_us`` to ``end_us``: anchored evenly over the second, or
         all at ``base_us`` (``spread=False``: ``n`` fires due at each whole second)."""
-        now = time.time_ns() // 1000
-        specs = ({"every": "1s", "anchor": format_instant(from_us(base_us + (i * S // n if spread else 0))),
-                  "not_after": format_instant(from_us(end_us - 1))} for i in range(n))
-        store = Store.open(self.url)
-        try:
-            return load_triggers(store, self.tenant, self.target, compiled(specs, now), now)
-        finally:
-            store.close()
+        return load_stream(self.url, self.tenant, self.target, n, base_us, end_us, spread=spread)
 
     def stop(self) -> None:
-        for svc in self.services:
-            svc.stop()
+        self.planes.stop()
 
 
 def ledger(url: str, window: tuple[int, int]) -> dict[str, Any]:
@@ -160,32 +153,20 @@ def scenario(tmp: Path, quick: bool, sizes: list[int] | None = None,
              topologies: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:
     """Every (store, receiver, N) run of the scenario (see the module docstring), one line each, as
     each run ends. One PostgreSQL server serves every PostgreSQL run (a fresh database each)."""
-    from e2e import cli
-    from pgserver import pg_server_from_env
-
     ns = sizes or ([300] if quick else [100, 300, 1000, 3000])
     topos = topologies or (("sqlite-serve", "postgres-serve") if quick else TOPOLOGIES)
     duration_s, drain_s = (15, 5.0) if quick else (60, 10.0)
     with ExitStack() as stack:
-        pg = None
+        stores = Stores(tmp)
+        stack.callback(stores.close)
         for topology in topos:
             for n in ns:
                 for receiver in RECEIVERS:
-                    if topology.startswith("sqlite"):
-                        url = f"sqlite:///{tmp / f'overload-{topology}-{receiver}-{n}.db'}"
-                    else:
-                        if pg is None:
-                            pg = stack.enter_context(pg_server_from_env())
-                        url = pg.new_database("fl_overload")
-                        cli("db", "upgrade", "--db", url)
+                    url, _ = stores.fresh(topology, f"overload-{receiver}-{n}")
                     try:
                         line = one(topology, receiver, url, tmp, n, duration_s, drain_s)
                     except Exception as exc:   # one failed run must not lose the others
-                        line = {"scenario": SCENARIO, "system": f"fireledger-{topology}", "topology": topology,
-                                "receiver": receiver, "triggers": n, "n": n * duration_s, "delivered": None,
-                                "missed": None, "early": None, "duplicate_records": None, "fires_per_s": None,
-                                "lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None,
-                                "error": f"{type(exc).__name__}: {exc}"[:500], **machine()}
+                        line = failed_line(SCENARIO, topology, n * duration_s, exc, receiver=receiver, triggers=n)
                     say(f"{SCENARIO} {topology} {receiver} N={n}: delivered {line.get('delivered')} of "
                         f"{line.get('n')}, p99 {line.get('lateness_p99_s')} s")
                     yield line

@@ -240,7 +240,18 @@ def components(quick: bool) -> None:
             emit(obj)
 
 
-def main() -> int:
+def _cost(ap: argparse.ArgumentParser, a: argparse.Namespace, tmp: Path, sink: Sink) -> Any:
+    """The ``cost`` lines, with ``--cost-topologies`` and ``--cost-rate``."""
+    import cost
+
+    topos = tuple(a.cost_topologies.split(",")) if a.cost_topologies else None
+    if topos is not None and set(topos) - set(cost.TOPOLOGIES):
+        ap.error(f"--cost-topologies: choose from {', '.join(cost.TOPOLOGIES)}")
+    return cost.scenario(tmp, a.quick, topologies=topos, sink=sink, rate=a.cost_rate or cost.RATE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short forms (a few minutes)")
     ap.add_argument("--only", help=f"comma-separated scenario groups: {', '.join(ALL)}")
@@ -250,8 +261,16 @@ def main() -> int:
     ap.add_argument("--overload-topologies",
                     help="tenant-overload: comma-separated sqlite-serve,postgres-serve,postgres-split "
                          "(default: all; --quick: the two serve forms)")
+    ap.add_argument("--cost-topologies", help="cost: comma-separated sqlite-serve,sqlite-split,postgres-serve,"
+                    "postgres-split (default: all)")
+    ap.add_argument("--cost-rate", type=int, default=None, help="cost: fires/s (default 1000)")
     ap.add_argument("--dispatch-processes", type=int, default=None,
                     help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; default 1)")
+    return ap
+
+
+def main() -> int:
+    ap = _parser()
     a = ap.parse_args()
     from e2e import use_state_dir  # one state directory (KEK, key ring) for the run, not the checkout's
 
@@ -312,9 +331,7 @@ def main() -> int:
                 for line in overload.scenario(tmp, a.quick, topologies=topos):
                     emit(line)
             if "cost" in only and (systems is None or fl.SYSTEM in systems):
-                import cost
-
-                for line in cost.scenario(tmp, a.quick, sink=sink):
+                for line in _cost(ap, a, tmp, sink):
                     emit(line)
             if "profile" in only:
                 profile(sink, tmp, a.quick)

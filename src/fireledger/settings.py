@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fireledger.domain.pacing import PACING_VARIABLES, Pacing
 from fireledger.domain.policies import MISS_THRESHOLD_ENV, miss_threshold_from
 from fireledger.errors import FireledgerError
 from fireledger.verifysettings import VERIFICATION_VARIABLES, VerificationSettings
@@ -55,6 +56,14 @@ def _text(env: Mapping[str, str], name: str) -> str:
     return (env.get(name) or "").strip()
 
 
+def _number(text: str) -> float:
+    """``float(text)``; NaN when it is not a number (the callers' range checks refuse NaN)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def _optional(env: Mapping[str, str], name: str) -> str | None:
     """A string setting; unset or empty is ``None`` (the callers' ``os.environ.get(...) or`` default)."""
     return env.get(name) or None
@@ -66,10 +75,7 @@ def parse_stop_timeout_s(env: Mapping[str, str]) -> float:
     text = _text(env, name)
     if not text:
         return 10.0
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    value = _number(text)
     if not 1 <= value <= 600:   # also refuses NaN
         raise SettingError(f"{name}: {text!r} is not a number of seconds from 1 to 600")
     return value
@@ -163,9 +169,8 @@ def parse_retention_days(env: Mapping[str, str]) -> int:
 
 
 def parse_per_tenant_limit(env: Mapping[str, str], name: str, default: int) -> int:
-    """A per-tenant count limit (``FIRELEDGER_MAX_*_PER_TENANT``): a whole number ≥ 1, ``default``
-    when unset. Checked at start-up (a malformed value stops the start, decision 0106); the helpers
-    in :mod:`fireledger.security.limits` read it leniently, as they always did."""
+    """A per-tenant count limit (``FIRELEDGER_MAX_*_PER_TENANT``): a whole number ≥ 1, ``default`` when unset;
+    checked at start-up (decision 0106), read leniently by :mod:`fireledger.security.limits`."""
     raw = _text(env, name)
     if not raw:
         return default
@@ -188,10 +193,7 @@ def parse_declared_eps_us(env: Mapping[str, str]) -> int:
     """``FIRELEDGER_DECLARED_EPS_MS`` (default 5): the clock bound used when the kernel has none, in µs."""
     name = "FIRELEDGER_DECLARED_EPS_MS"
     raw = _text(env, name) or "5"
-    try:
-        ms = float(raw)
-    except ValueError:
-        ms = float("nan")
+    ms = _number(raw)
     if not math.isfinite(ms) or ms < 0:
         raise SettingError(f"{name}: {raw!r} is not a number of milliseconds ≥ 0")
     return int(ms * 1000)
@@ -261,9 +263,8 @@ def parse_dispatch_concurrency(env: Mapping[str, str]) -> int | None:
 
 
 def parse_connect_timeout_s(env: Mapping[str, str]) -> float:
-    """``FIRELEDGER_CONNECT_TIMEOUT_S`` (default 5): seconds a dispatch connection may take to be
-    established, and a written request to be acknowledged by the receiver's TCP (decision 0117).
-    A finite number > 0; an attempt's own timeout bounds it too."""
+    """``FIRELEDGER_CONNECT_TIMEOUT_S`` (default 5, finite, > 0; the attempt's timeout bounds it too): seconds
+    a dispatch connection may take to open, and a written request to be acknowledged by TCP (decision 0117)."""
     name = "FIRELEDGER_CONNECT_TIMEOUT_S"
     value = parse_seconds(env, name, 5.0)
     if not math.isfinite(value):
@@ -276,11 +277,8 @@ def parse_over_quota_share(env: Mapping[str, str]) -> float | None:
     text = env.get("FIRELEDGER_OVER_QUOTA_SHARE")
     if not text:
         return None
-    try:
-        share = float(text)
-    except ValueError:
-        share = -1.0
-    if not 0 <= share <= 1:
+    share = _number(text)
+    if not 0 <= share <= 1:   # also refuses NaN
         raise SettingError("FIRELEDGER_OVER_QUOTA_SHARE: must be a number between 0 and 1")
     return share
 
@@ -421,6 +419,7 @@ class Settings:
     shadow_interval_s: float = 1.0                  # FIRELEDGER_SHADOW_INTERVAL_S
     metrics_listen: tuple[str, int] | None = None   # FIRELEDGER_METRICS_LISTEN
     leases: LeaseSettings = field(default_factory=LeaseSettings)   # FIRELEDGER_LEASE_TTL_S ... EPS_CEILING_US
+    pacing: Pacing = field(default_factory=Pacing)  # FIRELEDGER_TIMING_GATHER_S ... DISPATCH_IDLE_S (0150)
     # dispatch plane
     dispatch_processes: int = 1                     # FIRELEDGER_DISPATCH_PROCESSES
     dispatch_concurrency: int | None = None         # FIRELEDGER_DISPATCH_CONCURRENCY (256)
@@ -465,6 +464,7 @@ class Settings:
             "shadow_interval_s": parse_seconds(e, "FIRELEDGER_SHADOW_INTERVAL_S", 1.0),
             "metrics_listen": parse_metrics_listen(e),
             "leases": LeaseSettings.from_env(e),
+            "pacing": _checked(Pacing.from_env, e),
             "dispatch_processes": parse_dispatch_processes(e),
             "dispatch_concurrency": parse_dispatch_concurrency(e),
             "over_quota_share": parse_over_quota_share(e),
@@ -494,5 +494,5 @@ VARIABLES: tuple[str, ...] = (
     "FIRELEDGER_DISPATCH_PROCESSES", "FIRELEDGER_DISPATCH_CONCURRENCY", "FIRELEDGER_OVER_QUOTA_SHARE",
     "FIRELEDGER_CONNECT_TIMEOUT_S", *(lane_variable(lane) for lane in LANE_NAMES), "FIRELEDGER_INTERNAL_MODULES",
     "FIRELEDGER_PG_CONNECT_TIMEOUT_S", "FIRELEDGER_PG_STATEMENT_TIMEOUT_MS",
-    "FIRELEDGER_REPLICA", "FIRELEDGER_REPLICA_SYNC_S", *VERIFICATION_VARIABLES,
+    "FIRELEDGER_REPLICA", "FIRELEDGER_REPLICA_SYNC_S", *VERIFICATION_VARIABLES, *PACING_VARIABLES,
 )

@@ -35,10 +35,26 @@ class _Timex(ctypes.Structure):
     ]
 
 
+_LIBC: list[ctypes.CDLL | None] = []   # the C library, looked up once per process (None: not found)
+
+
+def _libc() -> ctypes.CDLL | None:
+    """The C library, loaded once: ``find_library`` runs ``ldconfig -p`` (a child process) each call,
+    and the clock refreshes its bound every second in every process (decision 0150)."""
+    if not _LIBC:
+        try:
+            _LIBC.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True))
+        except OSError:
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
 def kernel_error_bound() -> tuple[bool, int | None]:
     """``(synchronised, maxerror_us)`` from ``adjtimex``; ``(False, None)`` where unavailable."""
+    libc = _libc()
+    if libc is None:
+        return False, None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         tx = _Timex()
         rc = libc.adjtimex(ctypes.byref(tx))
     except (OSError, AttributeError):

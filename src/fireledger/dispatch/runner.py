@@ -20,7 +20,6 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -49,7 +48,7 @@ from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
 from .settling import _Shaper, age_origin_us, decode_payload, dispatch_body, settle, settle_on_error
 
-__all__ = ["Dispatcher", "check_env", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
+__all__ = ["Dispatcher", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
 log = logging.getLogger("fireledger.dispatch")
 
@@ -64,11 +63,6 @@ WAITING = Gauge("fireledger_dispatch_waiting", "Due fires offered but left waiti
                 "by class (what is being shed)", ["node", "admission"], registry=METRICS.registry)
 
 
-def check_env(env: Mapping[str, str] | None = None) -> DispatchConfig:
-    """Validate the dispatch settings in the environment (``ValueError`` naming the variable)."""
-    return DispatchConfig.from_env(env)
-
-
 class Dispatcher:
     """Drains the lanes of the ledger (see the module docstring).
 
@@ -80,7 +74,8 @@ class Dispatcher:
                  lanes: tuple[str, ...] = LANES, concurrency: int | None = None, batch: int | None = None,
                  idle_s: float = 0.5, sender: HttpSender | None = None, keys: KeyRingFile | None = None,
                  issuer: str = "http://127.0.0.1:8080", config: DispatchConfig | None = None,
-                 internal: InternalRegistry | None = None, egress: EgressPolicy | None = None) -> None:
+                 internal: InternalRegistry | None = None, egress: EgressPolicy | None = None,
+                 settle_gather_s: float = 0.0) -> None:
         cfg = config or DispatchConfig()
         if concurrency is not None:
             cfg = replace(cfg, concurrency=concurrency)
@@ -97,9 +92,8 @@ class Dispatcher:
         self.concurrency = cfg.concurrency
         self.batch = cfg.batch
         self.idle_s = idle_s
-        self.sender = sender
-        self.keys = keys
-        self.issuer = issuer
+        self.settle_gather_s = settle_gather_s   # least time between the starts of two recordings (0152)
+        self.sender, self.keys, self.issuer = sender, keys, issuer
         self.internal = internal if internal is not None else REGISTRY
         self.egress = egress   # the sender's egress policy (None: from the environment, see HttpSender)
         self._wake: asyncio.Event | None = None
@@ -107,10 +101,10 @@ class Dispatcher:
         self._results: list[Settlement] = []
         self._flush_event: asyncio.Event | None = None
         self.delivered = 0
-        self._inflight = 0
+        self._inflight = self._over_inflight = 0
         self._lane_inflight: Counter[str] = Counter()
-        self._over_inflight = 0
         self._min_claim = max(1, cfg.concurrency // 8)
+        self._left = True   # the last claim round left due work unclaimed (full window, held back): 0151
         self.admitted: Counter[str] = Counter()   # by service class, since start
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
@@ -131,6 +125,8 @@ class Dispatcher:
         after importing the modules in ``FIRELEDGER_INTERNAL_MODULES`` (they register internal targets)."""
         load_modules(settings.internal_modules)
         kw.setdefault("egress", EgressPolicy(allow_private=settings.allow_private_targets))
+        kw.setdefault("idle_s", settings.pacing.dispatch_idle_s)   # FIRELEDGER_DISPATCH_IDLE_S (decision 0150)
+        kw.setdefault("settle_gather_s", settings.pacing.dispatch_settle_gather_s)   # decision 0152
         return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
 
     def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
@@ -261,8 +257,9 @@ class Dispatcher:
             if claimed.admission == shaping.Admission.OVER_QUOTA.value:
                 self._over_inflight -= 1
             lane_free = self.config.lane(f.lane).concurrency - self._lane_inflight[f.lane]
-            if self.concurrency - self._inflight >= self._min_claim or lane_free == 1:
-                self.wake()   # room for another claim round
+            # Room for another claim round: worth one only if the last left work behind (decision 0151).
+            if self._left and (self.concurrency - self._inflight >= self._min_claim or lane_free == 1):
+                self.wake()
 
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """Record attempt results in batches until stopped and nothing is left to record. A batch
@@ -271,7 +268,7 @@ class Dispatcher:
         back the others. Stopping does not wait for a store that never answers: :meth:`run`
         abandons this task at its drain deadline."""
         assert self._flush_event is not None
-        failures = 0
+        failures, last = 0, -math.inf
         while True:
             if not self._results:
                 if self._stopping:
@@ -279,7 +276,9 @@ class Dispatcher:
                 await self._flush_event.wait()
                 self._flush_event.clear()
                 continue
-            batch, self._results = self._results, []
+            if (pause := self.settle_gather_s - (loop.time() - last)) > 0 and not self._stopping:
+                await asyncio.sleep(pause)   # results finishing meanwhile share the transaction (0152)
+            batch, self._results, last = self._results, [], loop.time()
             try:
                 await self._record(loop, executor, batch)
                 failures = 0
@@ -297,8 +296,8 @@ class Dispatcher:
         oks = await loop.run_in_executor(executor, self.store.dispatch.settle_dispatch, batch,
                                          self.clock.now().latest_us)
         self.delivered += sum(1 for s, ok in zip(batch, oks, strict=True) if ok and s.state == "delivered")
-        if any(s.state == "pending" for s in batch):
-            self.wake()
+        if self._left or any(s.state == "pending" for s in batch):
+            self.wake()   # a retry to schedule, or in-flight quota freed for work left waiting
         return sum(1 for ok in oks if ok)
 
     # --- the loop -------------------------------------------------------------------------------
@@ -451,18 +450,19 @@ class Dispatcher:
                 cap = self.capacity()
                 fetch = self._fetch(cap)
                 wait_s = self.idle_s
+                self._left = True   # until a claim round says otherwise (no free slot: work may be left)
                 if fetch:
                     try:
                         got = await self._claim_round(loop, executor, cap, fetch)
                         if got is None:
                             break   # stop() does not wait for a claim stuck in the store
                         res = got
+                        full = any(res.offered.get(lane, 0) >= n for lane, n in fetch.items())
+                        self._left = full or bool(res.waiting)
                     except Exception:
                         log.exception("claiming fires failed; retrying")
-                        res = ClaimResult([], None, {}, {})
-                        wait_s = 0.5
+                        res, full, wait_s = ClaimResult([], None, {}, {}), False, 0.5
                     self._take(res)
-                    full = any(res.offered.get(lane, 0) >= n for lane, n in fetch.items())
                     if res.jobs and (full or res.waiting) and self.capacity().total > 0:
                         continue   # a full window: there may be more to claim right away
                     if res.wake_us is not None:

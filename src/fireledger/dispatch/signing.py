@@ -23,6 +23,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import secrets as _secrets
 from collections.abc import Iterable, Mapping
 
@@ -83,10 +84,15 @@ def secret_key(secret: str) -> bytes:
     return key
 
 
+#: A character a message id must not contain: whitespace (ASCII) or a control character.
+_MSG_ID_BAD = re.compile(r"[\x00-\x20\x7f]")
+
+
 def _check_msg_id(msg_id: str) -> None:
+    """One regex scan in C (a Python loop over the characters was most of building an attempt's headers)."""
     if not isinstance(msg_id, str) or not msg_id:
         raise ValueError("msg_id must be a non-empty string")
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in msg_id):
+    if _MSG_ID_BAD.search(msg_id) is not None:
         raise ValueError("msg_id must not contain whitespace or control characters")
 
 

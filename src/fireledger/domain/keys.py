@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 _INSTANT = "%Y%m%dT%H%M%S"
 _KEY = re.compile(r"^([A-Za-z0-9_-]{1,64})\.([A-Za-z0-9_-]{1,64})\.(\d{8}T\d{6})(\d{6})?Z\.(\d{1,9})$")
@@ -29,12 +30,17 @@ def to_us(dt: datetime) -> int:
 
 def from_us(us: int) -> datetime:
     """Inverse of :func:`to_us`: an aware UTC datetime."""
-    from datetime import timedelta
-
     return _EPOCH + timedelta(microseconds=us)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@lru_cache(maxsize=4096)
+def _second_text(secs: int) -> str:
+    """``YYYYMMDDTHHMMSS`` of a whole second since the epoch (cached: the fires of one busy second
+    share it, and the attempt runner names every fire it sends)."""
+    return from_us(secs * 1_000_000).strftime(_INSTANT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +57,9 @@ class FireKey:
         return from_us(self.scheduled_us)
 
     def __str__(self) -> str:
-        dt = from_us(self.scheduled_us)
-        frac = f"{dt.microsecond:06d}" if dt.microsecond else ""
-        return f"{self.tenant_id}.{self.trigger_id}.{dt.strftime(_INSTANT)}{frac}Z.{self.seq}"
+        secs, micro = divmod(self.scheduled_us, 1_000_000)
+        frac = f"{micro:06d}" if micro else ""
+        return f"{self.tenant_id}.{self.trigger_id}.{_second_text(secs)}{frac}Z.{self.seq}"
 
     @classmethod
     def parse(cls, text: str) -> FireKey:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -83,9 +84,15 @@ def verification_response(store: Any, token: str, target_id: str) -> str:
 
 
 def needs_pin(target_url: str | None) -> bool:
-    """Whether a target URL is plain http with a host name (its addresses are pinned at verification)."""
+    """Whether a target URL is plain http with a host name (its addresses are pinned at verification).
+    Pure, and asked twice per attempt: the answer is cached by URL."""
     if not target_url:
         return False
+    return _needs_pin(target_url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _needs_pin(target_url: str) -> bool:
     parts = urlsplit(target_url)
     if parts.scheme != "http" or not parts.hostname:
         return False

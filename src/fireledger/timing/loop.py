@@ -3,7 +3,10 @@
 ``TimingLoop.tick()`` is one synchronous cycle (used directly by tests with a fake clock — the
 manual scheduler); ``run()`` repeats it on an asyncio loop, sleeping until the next due instant or
 until a definition changes (no fixed polling tick; the sleep is capped so definition changes made
-by other processes are seen within ``max_sleep_s``).
+by other processes are seen within ``max_sleep_s``). After a cycle that committed fires the next
+one starts no sooner than ``gather_s`` after it started (decision 0150): under a steady stream of
+instants one cycle decides all those due meanwhile — one transaction, one hand-off — instead of
+one cycle each; a fire is never claimed before its instant either way.
 
 Order of effects is the product's central rule: fires are committed (with the due-row advance, in
 one transaction) *before* ``on_committed`` hands them to dispatch.
@@ -134,10 +137,12 @@ class TimingLoop:
                  max_sleep_s: float = 0.5, metrics: object | None = None,
                  leases: LeaseManager | None = None,
                  before_apply: Callable[[Sequence[Decision]], None] | None = None,
-                 miss_threshold_us: int | None = None) -> None:
+                 miss_threshold_us: int | None = None, gather_s: float = 0.0) -> None:
         """``leases``: claim only the partitions this manager holds (None: all partitions).
         ``before_apply``: a test seam called with each batch after the last ownership check and
-        right before its commit (the falsification suite pauses a node there)."""
+        right before its commit (the falsification suite pauses a node there). ``gather_s``: the
+        least time from the start of a cycle that committed fires to the start of the next (0: none;
+        the process passes ``Settings.pacing.timing_gather_s``)."""
         self.store = store
         self.leases = leases
         self.before_apply = before_apply
@@ -149,6 +154,7 @@ class TimingLoop:
         self.eps_ceiling_us = eps_ceiling_us
         self.on_committed = on_committed
         self.max_sleep_s = max_sleep_s
+        self.gather_s = gather_s
         self.plans = VersionPlans(store)    # compiled versions, kept between cycles
         self.calendars = CalendarCache(store)   # exclusion calendars, read per batch (decision 0157)
         self._wake: asyncio.Event | None = None
@@ -405,6 +411,11 @@ class TimingLoop:
 
     # --- the async loop ------------------------------------------------------------------------
 
+    def _cycle(self) -> tuple[TickResult, int | None]:
+        """One cycle and, unless it shed, the next due instant: one hop to the store thread."""
+        res = self.tick()
+        return res, (None if res.shed else self._earliest_due())
+
     def _earliest_due(self) -> int | None:
         own = self.ownership()
         if own is None:
@@ -450,14 +461,16 @@ class TimingLoop:
         try:
             while not self._stopping:
                 self._wake.clear()
+                started = loop.time()
                 try:
-                    res = await loop.run_in_executor(executor, self.tick)
+                    res, nxt = await loop.run_in_executor(executor, self._cycle)
                     self._last_failure = ""
                     if res.shed:
                         delay = 1.0
                     else:
-                        nxt = await loop.run_in_executor(executor, self._earliest_due)
                         delay = sleep_after(res, nxt, self.clock.now().earliest_us, self.max_sleep_s)
+                        if res.claimed_rows:   # the tick drained everything due at its start: gather the next
+                            delay = max(delay, self.gather_s - (loop.time() - started))
                 except Exception as exc:
                     delay = self._failed_cycle(exc)
                 if delay > 0:

@@ -202,7 +202,8 @@ class TimingNode:
         lease_cfg = lease_settings or settings.leases
         manager = LeaseManager(store, guarded, node_id, lease_cfg) if use_leases else None
         loop = TimingLoop(store, guarded, node_id, on_committed=on_committed, leases=manager,
-                          eps_ceiling_us=lease_cfg.eps_ceiling_us, miss_threshold_us=settings.miss_threshold_us)
+                          eps_ceiling_us=lease_cfg.eps_ceiling_us, miss_threshold_us=settings.miss_threshold_us,
+                          gather_s=settings.pacing.timing_gather_s, max_sleep_s=settings.pacing.timing_max_sleep_s)
         if manager is not None:
             manager.on_change = loop.wake_threadsafe
         rebuilder = None
