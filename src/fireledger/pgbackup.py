@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from fireledger.errors import FireledgerError
+from fireledger.settings import process_env
 
 MANIFEST = "manifest.json"
 KIND = "fireledger-postgresql-base-backup"
@@ -75,7 +76,7 @@ def pg_bin_dir(major: int | None, tool: str = "pg_basebackup") -> Path:
 def _run(argv: list[str], field: str, timeout_s: float, env: dict[str, str] | None = None) -> str:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env={**os.environ, **(env or {})})
+                              env={**process_env(), **env} if env else None)
     except subprocess.TimeoutExpired:
         raise PgBackupError(f"{field}: {Path(argv[0]).name} did not finish within {timeout_s:.0f} s") from None
     if proc.returncode != 0:

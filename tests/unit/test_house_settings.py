@@ -32,6 +32,7 @@ LAZY_READERS = {
     "service.py": "keyring_path()/dispatch_processes()/trusted_proxies() without settings: operator commands",
     "backfill.py": "max_fires_from_env(env=None): the CLI's backfill command and create_app() without settings",
     "retention.py": "retention_days()/archive_dir_for() without settings: the history CLI",
+    "pgbackup.py": "the pg_basebackup child's environment plus PGPASSWORD (never on its command line)",
     "dispatch/lanes.py": "DispatchConfig.from_env(env=None): a thin wrapper for tests and embedding",
     "timing/loop.py": "TimingLoop(miss_threshold_us=None): tests build loops directly",
     "control/urls.py": "create_app(settings=None): tests set FIRELEDGER_ALLOW_PRIVATE_TARGETS per test",
