@@ -24,6 +24,8 @@ milliseconds by the bench, a reset after a checkpoint counted) × (page size + 2
 ``pg_current_wal_lsn()`` moved, with transactions and rows written from ``pg_stat_database``, from
 the end of the load to the stop of the processes, divided by the fires recorded for the run.
 
+The throwaway PostgreSQL server runs with ``fsync``, ``synchronous_commit`` and ``full_page_writes``
+back on (``Stores(durable=True)``; each PostgreSQL line's ``pg_settings`` says what the server ran).
 On PostgreSQL the server's CPU (postmaster and backends, ``/proc``) over the window is charged per
 fire delivered in it: ``cpu_us_per_fire_postgres``. Each line also prices a million fires
 (``per_million_fires``): CPU-seconds (planes + server), WAL bytes, the price at
@@ -394,7 +396,7 @@ def scenario(tmp: Path, quick: bool, topologies: tuple[str, ...] | None = None,
         if sink is None:
             sink = Sink(tmp)
             stack.callback(sink.close)
-        stores = Stores(tmp)
+        stores = Stores(tmp, durable=True)   # a price is for a durable server: fsync, full-page writes on
         stack.callback(stores.close)
         for topology in topologies or TOPOLOGIES:
             url, db = stores.fresh(topology, "cost")
@@ -404,6 +406,8 @@ def scenario(tmp: Path, quick: bool, topologies: tuple[str, ...] | None = None,
                            pg_pid=proc.pid if db is None and proc is not None else None)
             except Exception as exc:   # one failed run must not lose the others
                 line = failed_line(SCENARIO, topology, rate * duration_s, exc)
+            if db is None:
+                line["pg_settings"] = stores.pg_settings()
             say(f"{SCENARIO} {topology}: {line.get('cpu_us_per_fire')} CPU-µs/fire "
                 f"{line.get('cpu_us_per_fire_by_plane')}, {line.get('statements_per_fire')} statements/fire, "
                 f"WAL {line.get('wal_bytes_per_fire')} B/fire")

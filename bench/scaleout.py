@@ -33,7 +33,8 @@ the N = 1 figure of the same run.
 process, so it cannot be frozen apart); ``delivered_per_s`` from the instant, lateness from it, CPU
 of the whole process tree per fire, ``vs_p1``.
 
-Full: M = 10,000; ``--quick``: M = 3,000.
+The throwaway PostgreSQL server runs durable (``fsync``, ``synchronous_commit``, ``full_page_writes``
+on; ``pg_settings`` on each PostgreSQL line). Full: M = 10,000; ``--quick``: M = 3,000.
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ def scenario(tmp: Path, quick: bool, sink: Sink | None = None, dispatchers: tupl
         if sink is None:
             sink = Sink(tmp)
             stack.callback(sink.close)
-        stores = Stores(tmp)
+        stores = Stores(tmp, durable=True)
         stack.callback(stores.close)
         lines = []
         for n in dispatchers:
@@ -299,6 +300,7 @@ def scenario(tmp: Path, quick: bool, sink: Sink | None = None, dispatchers: tupl
                 line = split_line(url, tmp, stores, sink, n, m)
             except Exception as exc:   # one failed run must not lose the others
                 line = failed_line(SCENARIO, "postgres-split", m, exc, dispatch_processes=n)
+            line["pg_settings"] = stores.pg_settings()
             say(f"{SCENARIO} postgres-split N={n}: {line.get('delivered_per_s')}/s "
                 f"(10-90 %: {line.get('steady_per_s')}/s), CPU {line.get('cpu_us_per_fire_by_plane')}")
             lines.append(line)
@@ -312,6 +314,8 @@ def scenario(tmp: Path, quick: bool, sink: Sink | None = None, dispatchers: tupl
                     line = serve_line(url, db, tmp, sink, topology, p, m)
                 except Exception as exc:
                     line = failed_line(SCENARIO, topology, m, exc, dispatch_processes=p)
+                if db is None:
+                    line["pg_settings"] = stores.pg_settings()
                 say(f"{SCENARIO} {topology} P={p}: {line.get('delivered_per_s')}/s, "
                     f"p99 {line.get('lateness_p99_s')} s, {line.get('cpu_us_per_fire')} CPU-µs/fire")
                 group.append(line)
