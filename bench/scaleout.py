@@ -19,14 +19,16 @@ dispatchers can take (every claim finds a full batch) — the rate measured is t
 
 Per N the line has ``delivered_per_s`` (M ÷ (last arrival − release)), ``steady_per_s`` (the
 arrivals between the 10th and 90th percentile ÷ their time: the ramp and the tail left out),
-``release_lateness_p50_s``/``_p99_s`` (arrival − release: how long a fire of the backlog waited; the
+``lateness_p50_s``/``_p99_s`` (arrival − release: how long a fire of the backlog waited; the
 scheduled instant lies before the freeze ended, so lateness from it would measure the freeze),
 ``cpu_us_per_fire_by_plane`` (dispatch: all N processes ÷ M over the drain; timing: per fire
 committed in the commit phase; control: idle, ÷ M over the run; ``postgres``: the server's
-processes in the drain), ``statements_per_fire_by_plane``, and the primary's work per fire in
-each phase from ``pg_stat_database`` (transactions, rows written) and ``pg_current_wal_lsn()`` (WAL
-bytes) — ``pg_stat_statements`` is not loaded on the throwaway server. ``vs_n1`` is each figure ÷
-the N = 1 figure of the same run.
+processes in the drain), ``cores_busy_in_drain`` (CPU seconds ÷ drain time: under one per
+dispatch process means it waited — for the store, the sink or, on a shared machine, for a core),
+``statements_per_fire_by_plane``, and the primary's work per fire in each phase from
+``pg_stat_database`` (transactions, rows written) and ``pg_current_wal_lsn()`` (WAL bytes) —
+``pg_stat_statements`` is not loaded on the throwaway server. ``vs_n1`` is each figure ÷ the N = 1
+figure of the same run.
 
 **``serve`` with ``FIRELEDGER_DISPATCH_PROCESSES`` = 1 and 2** (``sqlite-serve``, ``postgres-serve``):
 ``M`` one-shot fires due at one instant (the ``burst`` shape: the timing plane is in the dispatching
@@ -223,9 +225,16 @@ def split_line(url: str, tmp: Path, stores: Stores, sink: Sink, n: int, m: int) 
            "control_idle": _per(ctrl["cpu_s"] * 1e6, m, 1),
            "postgres_drain": _per((cpu_c - cpu_b) * 1e6, m, 1) if cpu_c is not None and cpu_b is not None else None,
            "postgres_commit": _per((cpu_b - cpu_a) * 1e6, m, 1) if cpu_b is not None and cpu_a is not None else None}
+    drain_s = rates.get("drain_s") or 0.0
+    busy = {"dispatch": round(disp["cpu_s"] / drain_s, 3) if drain_s else None,
+            "postgres": round((cpu_c - cpu_b) / drain_s, 3) if drain_s and cpu_c is not None and cpu_b is not None
+            else None}
     return {"scenario": SCENARIO, "system": "fireledger-postgres-split", "topology": "postgres-split",
             "form": "backlog-drain", "dispatch_processes": n, "n": m, **rates, "missed": m - rates["delivered"],
             "cpu_us_per_fire_by_plane": cpu,
+            # cores kept busy in the drain: under 1 per dispatch process means it waited (for the store,
+            # the sink, or — on a shared machine — for a core)
+            "cores_busy_in_drain": busy,
             "statements_per_fire_by_plane": {
                 "dispatch": {k: _per(v, m, 3) for k, v in sorted(disp["statements"].items())},
                 "timing": {k: _per(v, m, 3) for k, v in sorted(tim["statements"].items())}},
