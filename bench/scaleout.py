@@ -28,7 +28,10 @@ dispatch process means it waited — for the store, the sink or, on a shared mac
 ``statements_per_fire_by_plane``, and the primary's work per fire in each phase from
 ``pg_stat_database`` (transactions, rows written) and ``pg_current_wal_lsn()`` (WAL bytes) —
 ``pg_stat_statements`` is not loaded on the throwaway server. ``vs_n1`` is each figure ÷ the N = 1
-figure of the same run.
+figure of the same run. Every line also checks what must hold whatever N: ``early`` (arrivals
+before their instant), ``duplicate_deliveries`` (a fire sent twice: the sink answers 200 to all, so
+that would be a second claim) and ``duplicate_records`` (ledger rows beyond one per trigger and
+instant), all 0.
 
 **``serve`` with ``FIRELEDGER_DISPATCH_PROCESSES`` = 1 and 2** (``sqlite-serve``, ``postgres-serve``):
 ``M`` one-shot fires due at one instant (the ``burst`` shape: the timing plane is in the dispatching
@@ -52,7 +55,20 @@ from pathlib import Path
 from typing import Any
 
 import benchkit
-from benchkit import BENCH, SECRET, S, Sink, Stores, failed_line, load_stream, machine, pct, say, wait_until
+from benchkit import (
+    BENCH,
+    SECRET,
+    S,
+    Sink,
+    Stores,
+    failed_line,
+    identify,
+    load_stream,
+    machine,
+    pct,
+    say,
+    wait_until,
+)
 from cost import _counters, _delta, _pg_stats, cpu_tree_s
 from fireledger.store import Store
 from load import tenant_and_target
@@ -72,6 +88,25 @@ def _count(url: str, at_us: int) -> int:
     finally:
         store.close()
     return int(row[0])
+
+
+def _integrity(sink: Sink, url: str, at_us: int) -> dict[str, int]:
+    """What must hold however many processes dispatch: no arrival before its instant (``early``), no
+    fire sent twice (``duplicate_deliveries``: the sink answers 200 to every request, so a second
+    arrival would mean a second claim), one ledger record per (trigger, instant) at ``at_us``."""
+    records = sink.records()
+    early = sum(1 for ns, ident in records if (got := identify(ident)) is not None and ns // 1000 < got[1])
+    idents = [ident for _, ident in records]
+    store = Store.open(url)
+    ph = "?" if store.engine_name == "sqlite" else "%s"
+    try:
+        with store.engine.read() as c:
+            total, distinct = c.execute(f"SELECT COUNT(*), COUNT(DISTINCT trigger_id) FROM fires "
+                                        f"WHERE scheduled_us = {ph}", (at_us,)).fetchone()
+    finally:
+        store.close()
+    return {"early": early, "duplicate_deliveries": len(idents) - len(set(idents)),
+            "duplicate_records": int(total) - int(distinct)}
 
 
 def _idle(pids: list[int], timeout_s: float = 90) -> None:
@@ -205,7 +240,8 @@ def _drain(split: Split, stores: Stores, sink: Sink, m: int, deadline_s: float) 
     split.stop()   # the backends' statistics are flushed as their connections close
     pg_c = {**_pg_stats(split.url), "wal_lsn": wal_c}
     return {"pids": pids, "s0": s0, "s2": s2, "t_a": t_a, "t_b": t_b, "pg": (pg_a, pg_b, pg_c),
-            "pg_cpu": (cpu_a, cpu_b, cpu_c), "t_c": t_c, "arrivals": _arrivals(sink, t_c)}
+            "pg_cpu": (cpu_a, cpu_b, cpu_c), "t_c": t_c, "arrivals": _arrivals(sink, t_c),
+            "integrity": _integrity(sink, split.url, base)}
 
 
 def split_line(url: str, tmp: Path, stores: Stores, sink: Sink, n: int, m: int) -> dict[str, Any]:
@@ -231,6 +267,7 @@ def split_line(url: str, tmp: Path, stores: Stores, sink: Sink, n: int, m: int) 
             else None}
     return {"scenario": SCENARIO, "system": "fireledger-postgres-split", "topology": "postgres-split",
             "form": "backlog-drain", "dispatch_processes": n, "n": m, **rates, "missed": m - rates["delivered"],
+            "fires_per_s": rates["delivered_per_s"], **f["integrity"],
             "cpu_us_per_fire_by_plane": cpu,
             # cores kept busy in the drain: under 1 per dispatch process means it waited (for the store,
             # the sink, or — on a shared machine — for a core)
@@ -268,6 +305,7 @@ def serve_line(url: str, db: Path | None, tmp: Path, sink: Sink, topology: str, 
     rates = _rates(_arrivals(sink, at * 1000), at * 1000)
     return {"scenario": SCENARIO, "system": f"fireledger-{topology}", "topology": topology, "form": "burst",
             "dispatch_processes": p, "n": m, **rates, "missed": m - rates["delivered"],
+            "fires_per_s": rates["delivered_per_s"], **_integrity(sink, url, at),
             "cpu_us_per_fire": _per((cpu1 - cpu0) * 1e6, m, 1),
             "cpu_note": "the serve process and its dispatch children, load to last delivery", "durable": True,
             **machine()}
