@@ -271,12 +271,16 @@ def load_stream(url: str, tenant: Any, target: Any, n: int, base_us: int, end_us
 
 class Stores:
     """A fresh store per run: a SQLite file in ``tmp``, or a new, upgraded database on one throwaway
-    PostgreSQL server (``tests/pgserver.py``, started on first use, stopped by :meth:`close`)."""
+    PostgreSQL server (``tests/pgserver.py``, started on first use, stopped by :meth:`close`).
+    ``durable``: switch the private server's ``fsync``, ``synchronous_commit`` and
+    ``full_page_writes`` back on (the test server runs without them); an external server
+    (``FIRELEDGER_TEST_PG_URL``) is used as it is configured — :meth:`pg_settings` says which."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, durable: bool = False) -> None:
         from contextlib import ExitStack
 
         self.tmp = tmp
+        self.durable = durable
         self._stack = ExitStack()
         self._pg: Any = None
 
@@ -290,9 +294,26 @@ class Stores:
 
         if self._pg is None:
             self._pg = self._stack.enter_context(pg_server_from_env())
+            if self.durable and getattr(self._pg, "_proc", None) is not None:
+                import psycopg
+
+                with psycopg.connect(self._pg.url, autocommit=True) as c:
+                    for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                        c.execute(f"ALTER SYSTEM SET {setting} = on")
+                    c.execute("SELECT pg_reload_conf()")
         url = self._pg.new_database(f"fl_{name.replace('-', '_')}")
         cli("db", "upgrade", "--db", url)
         return url, None
+
+    def pg_settings(self) -> dict[str, str] | None:
+        """The PostgreSQL server's durability settings as it runs them (None before it started)."""
+        if self._pg is None:
+            return None
+        import psycopg
+
+        with psycopg.connect(self._pg.url, autocommit=True) as c:
+            return {k: str(c.execute(f"SHOW {k}").fetchone()[0])   # type: ignore[index]
+                    for k in ("fsync", "synchronous_commit", "full_page_writes", "server_version")}
 
     def close(self) -> None:
         self._stack.close()

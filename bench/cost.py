@@ -24,8 +24,14 @@ milliseconds by the bench, a reset after a checkpoint counted) × (page size + 2
 ``pg_current_wal_lsn()`` moved, with transactions and rows written from ``pg_stat_database``, from
 the end of the load to the stop of the processes, divided by the fires recorded for the run.
 
-Each line also prices a million fires at :data:`PRICE_VCPU_HOUR` per vCPU-hour and
-:data:`PRICE_PER_GB` per GB of WAL (stated in docs/performance.md, "Cost per fire").
+The throwaway PostgreSQL server runs with ``fsync``, ``synchronous_commit`` and ``full_page_writes``
+back on (``Stores(durable=True)``; each PostgreSQL line's ``pg_settings`` says what the server ran).
+On PostgreSQL the server's CPU (postmaster and backends, ``/proc``) over the window is charged per
+fire delivered in it: ``cpu_us_per_fire_postgres``. Each line also prices a million fires
+(``per_million_fires``): CPU-seconds (planes + server), WAL bytes, the price at
+:data:`PRICE_VCPU_HOUR` per vCPU-hour and :data:`PRICE_PER_GB` per GB of WAL and its ratio to the
+seed's $0.60, and the cores and 2-vCPU nodes for the seed's 5,800/s mean and 45,000/s peak
+(docs/performance.md, "Cost per million fires").
 Full: 1,000 fires/s for 10 s (window: the last 8 s); ``--quick``: 5 s (the last 4 s).
 """
 
@@ -64,11 +70,20 @@ from load import tenant_and_target
 SCENARIO = "cost"
 TOPOLOGIES = ("sqlite-serve", "sqlite-split", "postgres-serve", "postgres-split")
 RATE = 1000
-#: Stated prices (docs/performance.md): an on-demand vCPU-hour of a general-purpose cloud VM, and a GB
-#: of WAL shipped off the machine (replication / backup transfer and storage writes).
+#: Stated prices (docs/performance.md, "Cost per million fires"; assumptions, not quotes): an on-demand
+#: vCPU-hour of a general-purpose cloud VM, and a GB of WAL shipped off the machine (replication /
+#: backup transfer and storage writes).
 PRICE_VCPU_HOUR = 0.04
 PRICE_PER_GB = 0.09
+PRICE_BASIS = ("assumed 2026 public-cloud on-demand list prices: $0.04 per vCPU-hour (AWS EC2 us-east-1 "
+               "c7g.large $0.0725/h and m7i.large $0.1008/h for 2 vCPU: $0.036-0.050), $0.09 per GB "
+               "(AWS data transfer out, first tier; WAL shipped off the machine)")
 SEED_TARGET_PER_MILLION = 0.60
+#: Nodes for the seed's loads: 2-vCPU machines (this one) run at most this fraction busy.
+NODE_VCPUS = 2
+NODE_BUSY = 0.7
+SEED_MEAN_PER_S = 5800
+SEED_PEAK_PER_S = 45000
 
 
 def cpu_tree_s(pid: int) -> float:
@@ -202,6 +217,7 @@ class Planes:
         self.out = tmp / f"cost-{time.monotonic_ns()}"
         self.out.mkdir()
         self.roles = roles_for(topology, ["control", "timing", "dispatch"])
+        self.pg_pid: int | None = None
         assert BIN.exists()
         self.planes = benchkit.Planes(url, tmp, self.roles, env={"FIRELEDGER_BENCH_COST_DIR": str(self.out)},
                                       prefix=[sys.executable, str(BENCH / "costhook.py")])
@@ -221,10 +237,14 @@ class Planes:
         return load_stream(self.url, self.tenant, self.target, rate, base_us, end_us, spread=True)
 
     def sample(self) -> dict[str, Any]:
-        """CPU seconds and statement counters per role, now."""
+        """CPU seconds and statement counters per role, now; with ``pg_pid`` set, the PostgreSQL
+        server's CPU seconds (postmaster and backends) under ``_postgres``."""
         counters = _counters(self.pids, self.out)
-        return {role: {"cpu_s": cpu_tree_s(pid), **counters[pid]} for role, pid in zip(self.roles, self.pids,
-                                                                                        strict=True)}
+        out: dict[str, Any] = {role: {"cpu_s": cpu_tree_s(pid), **counters[pid]}
+                               for role, pid in zip(self.roles, self.pids, strict=True)}
+        if self.pg_pid is not None:
+            out["_postgres"] = {"cpu_s": cpu_tree_s(self.pg_pid)}
+        return out
 
     def stop(self) -> None:
         self.planes.stop()
@@ -254,18 +274,32 @@ def _per(x: float, n: int, nd: int = 1) -> float | None:
     return round(x / n, nd) if n else None
 
 
-def _price(cpu_us: float | None, wal_bytes: float | None) -> dict[str, Any]:
-    """A million fires: CPU-seconds, WAL GB and their price at the stated rates."""
+def _price(cpu_us: float | None, wal_bytes: float | None, store_cpu_us: float | None = None) -> dict[str, Any]:
+    """A million fires: CPU-seconds (the planes', plus the PostgreSQL server's when measured), WAL
+    bytes, their price at the stated rates and its ratio to the seed's target, and the cores and
+    2-vCPU nodes (at most :data:`NODE_BUSY` busy) the seed's mean and peak rates would need."""
     if cpu_us is None:
         return {}
-    cpu_s_per_m = cpu_us   # µs per fire × 10^6 fires = seconds
-    gb = (wal_bytes or 0) * 1e6 / 1e9
-    usd = cpu_s_per_m / 3600 * PRICE_VCPU_HOUR + gb * PRICE_PER_GB
-    return {"cpu_s": round(cpu_s_per_m, 1), "wal_gb": round(gb, 3), "usd": round(usd, 4),
-            "usd_per_vcpu_hour": PRICE_VCPU_HOUR, "usd_per_gb": PRICE_PER_GB,
+    total_us = cpu_us + (store_cpu_us or 0.0)
+    cpu_s_per_m = total_us   # µs per fire × 10^6 fires = seconds
+    wal_per_m = (wal_bytes or 0) * 1e6
+    usd_cpu = cpu_s_per_m / 3600 * PRICE_VCPU_HOUR
+    usd_wal = wal_per_m / 1e9 * PRICE_PER_GB
+    usd = usd_cpu + usd_wal
+    cores = {rate: total_us * rate / 1e6 for rate in (SEED_MEAN_PER_S, SEED_PEAK_PER_S)}
+    return {"cpu_s": round(cpu_s_per_m, 1), "planes_cpu_s": round(cpu_us, 1),
+            "store_cpu_s": round(store_cpu_us, 1) if store_cpu_us is not None else None,
+            "wal_bytes": round(wal_per_m), "wal_gb": round(wal_per_m / 1e9, 3),
+            "usd_cpu": round(usd_cpu, 4), "usd_wal": round(usd_wal, 4), "usd": round(usd, 4),
+            "vs_seed_target": round(usd / SEED_TARGET_PER_MILLION, 3),
+            "usd_per_vcpu_hour": PRICE_VCPU_HOUR, "usd_per_gb": PRICE_PER_GB, "price_basis": PRICE_BASIS,
             "seed_target_usd": SEED_TARGET_PER_MILLION,
-            "cores_for_5800_per_s": round(cpu_us * 5800 / 1e6, 2),
-            "cores_for_45000_per_s": round(cpu_us * 45000 / 1e6, 2)}
+            "cores_for_5800_per_s": round(cores[SEED_MEAN_PER_S], 2),
+            "cores_for_45000_per_s": round(cores[SEED_PEAK_PER_S], 2),
+            "nodes_2vcpu_for_5800_per_s": math.ceil(cores[SEED_MEAN_PER_S] / (NODE_VCPUS * NODE_BUSY)),
+            "nodes_2vcpu_for_45000_per_s": math.ceil(cores[SEED_PEAK_PER_S] / (NODE_VCPUS * NODE_BUSY)),
+            "node_assumption": f"{NODE_VCPUS} vCPU, at most {NODE_BUSY:.0%} busy; CPU scales with fires/s "
+                               "(no fixed per-process cost counted)"}
 
 
 def _window_facts(planes: Planes, topology: str, db: Path | None, base: int, end: int,
@@ -285,12 +319,14 @@ def _window_facts(planes: Planes, topology: str, db: Path | None, base: int, end
 
 
 def one(topology: str, url: str, db: Path | None, tmp: Path, sink: Sink, rate: int, duration_s: int,
-        warm_s: int) -> dict[str, Any]:
-    """One run of one topology (see the module docstring)."""
+        warm_s: int, pg_pid: int | None = None) -> dict[str, Any]:
+    """One run of one topology (see the module docstring); ``pg_pid``: the PostgreSQL server's
+    postmaster, whose CPU (with its backends') is charged per fire delivered in the window."""
     sink.clear()
     with ExitStack() as stack:
         planes = Planes(topology, url, tmp, sink)
         stack.callback(planes.stop)
+        planes.pg_pid = pg_pid
         base = (time.time_ns() // S // 1000 + math.ceil(3 + rate * 0.0003)) * S
         end = base + duration_s * S
         info = planes.load(rate, base, end)
@@ -342,7 +378,11 @@ def one(topology: str, url: str, db: Path | None, tmp: Path, sink: Sink, rate: i
         line["transactions_per_fire"] = _per(d["xact_commit"] + d["xact_rollback"], recorded, 3)
         line["pg_span"] = ("rows, WAL and transactions: from the end of the load to the stop, per fire recorded "
                            "(with keeping_up false, the undelivered fires' dispatch work is missing)")
-    line["per_million_fires"] = _price(line["cpu_us_per_fire"], line["wal_bytes_per_fire"])
+    pg_us = None
+    if "_postgres" in a and "_postgres" in b and in_window:
+        pg_us = round((b["_postgres"]["cpu_s"] - a["_postgres"]["cpu_s"]) * 1e6 / in_window, 1)
+        line["cpu_us_per_fire_postgres"] = pg_us
+    line["per_million_fires"] = _price(line["cpu_us_per_fire"], line["wal_bytes_per_fire"], pg_us)
     return line
 
 
@@ -356,14 +396,18 @@ def scenario(tmp: Path, quick: bool, topologies: tuple[str, ...] | None = None,
         if sink is None:
             sink = Sink(tmp)
             stack.callback(sink.close)
-        stores = Stores(tmp)
+        stores = Stores(tmp, durable=True)   # a price is for a durable server: fsync, full-page writes on
         stack.callback(stores.close)
         for topology in topologies or TOPOLOGIES:
             url, db = stores.fresh(topology, "cost")
             try:
-                line = one(topology, url, db, tmp, sink, rate, duration_s, warm_s)
+                proc = getattr(stores._pg, "_proc", None)   # our throwaway server (None: SQLite, or external)
+                line = one(topology, url, db, tmp, sink, rate, duration_s, warm_s,
+                           pg_pid=proc.pid if db is None and proc is not None else None)
             except Exception as exc:   # one failed run must not lose the others
                 line = failed_line(SCENARIO, topology, rate * duration_s, exc)
+            if db is None:
+                line["pg_settings"] = stores.pg_settings()
             say(f"{SCENARIO} {topology}: {line.get('cpu_us_per_fire')} CPU-µs/fire "
                 f"{line.get('cpu_us_per_fire_by_plane')}, {line.get('statements_per_fire')} statements/fire, "
                 f"WAL {line.get('wal_bytes_per_fire')} B/fire")

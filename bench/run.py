@@ -27,6 +27,11 @@ Scenarios (``--quick`` forms in brackets):
 * ``cost``           CPU-µs per delivered fire per plane and store work per fire (statements, rows
   written, WAL bytes), priced per million fires: 1,000 fires/s for 10 s [5 s] on SQLite and
   PostgreSQL, ``serve`` and split planes (``bench/cost.py``);
+* ``scale-out``      PostgreSQL split planes, control + timing + N = 1, 2, 3 dispatch processes draining a
+  backlog of 10,000 [3,000] fires: delivered/s, waiting p99, CPU-µs per fire per plane (and the
+  server's), transactions / rows / WAL per fire, ratios to N = 1; and ``serve`` with
+  ``FIRELEDGER_DISPATCH_PROCESSES`` = 1 and 2 on SQLite and PostgreSQL (a burst of the same size)
+  (``bench/scaleout.py``);
 * ``profile-burst-N`` a fireledger burst under py-spy: the top frames (``--profile``);
 * ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials (``--only components``).
 
@@ -51,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import BENCH, Sink, cpu_s, emit, machine, ratios, say
 
-ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "cost", "profile", "components")
+ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "cost", "scale-out", "profile",
+       "components")
 DEFAULT_OFF = {"profile", "components"}   # opt in: --profile, --only components
 STEADY_P99_S = 1.0
 STEADY_TARGET = 5800
@@ -332,6 +338,11 @@ def main() -> int:
                     emit(line)
             if "cost" in only and (systems is None or fl.SYSTEM in systems):
                 for line in _cost(ap, a, tmp, sink):
+                    emit(line)
+            if "scale-out" in only and (systems is None or fl.SYSTEM in systems):
+                import scaleout
+
+                for line in scaleout.scenario(tmp, a.quick, sink=sink):
                     emit(line)
             if "profile" in only:
                 profile(sink, tmp, a.quick)
