@@ -39,7 +39,8 @@ process, so it cannot be frozen apart); ``delivered_per_s`` from the instant, la
 of the whole process tree per fire, ``vs_p1``.
 
 The throwaway PostgreSQL server runs durable (``fsync``, ``synchronous_commit``, ``full_page_writes``
-on; ``pg_settings`` on each PostgreSQL line). Full: M = 10,000; ``--quick``: M = 3,000.
+on; ``pg_settings`` on each PostgreSQL line). Full: M = 10,000; ``--quick``: M = 3,000 (and, from
+``bench/run.py --quick``, N = 1, 2 without the serve forms).
 """
 
 from __future__ import annotations
