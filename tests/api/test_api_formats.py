@@ -126,7 +126,9 @@ def test_the_document_declares_the_forms(api: Api) -> None:
     assert comps["TargetCreate"]["properties"]["kind"]["enum"] == ["http", "queue", "internal"]
     assert [b["properties"]["kind"]["const"] for b in comps["TargetCreate"]["oneOf"]] == ["http", "queue", "internal"]
     schedule = comps["TriggerCreate"]["properties"]["schedule"]
-    assert schedule["additionalProperties"] is False and len(schedule["oneOf"]) == 3
+    # cron | every | at | several specs (decision 0155: the union form names none of the single forms' keys)
+    assert schedule["additionalProperties"] is False and len(schedule["oneOf"]) == 4
+    assert schedule["oneOf"][3]["required"] == ["specs"]
     ack = comps["AckRequest"]["properties"]["fire_keys"]["items"]
     assert ack["pattern"] == formats.FIRE_KEY_PATTERN
 

@@ -24,9 +24,10 @@ from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane
 
 ROLES = [*sorted(ALL_ROLES), "all"]
 #: Path parameters and which of A's objects they name.
-PARAMS = {"trigger_id": "trigger", "target_id": "target", "principal_id": "principal", "key": "fire"}
+PARAMS = {"trigger_id": "trigger", "target_id": "target", "principal_id": "principal", "key": "fire",
+          "name": "calendar"}
 #: Creates of B's own objects (they reference nothing of A's, so they cannot reach A's objects).
-OWN_CREATES = {("POST", "/v1/targets"), ("POST", "/v1/principals")}
+OWN_CREATES = {("POST", "/v1/targets"), ("POST", "/v1/principals"), ("POST", "/v1/calendars")}
 
 
 class World:
@@ -42,12 +43,16 @@ class World:
         self.api.store.timing.apply_decisions([Decision(Advance(t["id"], due.next_us, 1, due.next_us + 3600_000_000, 1),
                                                  (fire,))])
         p = self.a.post("/v1/principals", json={"name": "a-reader", "roles": ["reader"]}).json()
+        cal = self.a.post("/v1/calendars", json={"name": "a-holidays-0f3c",
+                                                 "entries": [{"date": "2026-12-25", "zone": "Europe/London"}]})
+        assert cal.status_code == 201, cal.text
         self.objects = {"trigger": t["id"], "target": tg["id"], "principal": p["id"],
-                        "fire": str(FireKey(a_id, t["id"], due.next_us, 0))}
+                        "fire": str(FireKey(a_id, t["id"], due.next_us, 0)), "calendar": "a-holidays-0f3c"}
         # The same shapes, naming nothing that exists.
         self.absent = {"trigger": "tr_00000000deadbeef", "target": "tg_00000000deadbeef",
                        "principal": "pr_00000000deadbeef",
-                       "fire": str(FireKey(a_id, "tr_00000000deadbeef", due.next_us, 0))}
+                       "fire": str(FireKey(a_id, "tr_00000000deadbeef", due.next_us, 0)),
+                       "calendar": "no-such-calendar-0f3c"}
         self.b: dict[str, Session] = {"all": self.b_owner}
         for role in sorted(ALL_ROLES):
             r = self.b_owner.post("/v1/principals", json={"name": f"b-{role}", "roles": [role]})
@@ -100,6 +105,7 @@ def _body(method: str, path: str, names: dict[str, str]) -> Any:
         "/v1/triggers/{trigger_id}/backfill": {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z"},
         "/v1/queues/{target_id}/pull": {"max": 1},
         "/v1/queues/{target_id}/ack": {"fire_keys": [names["fire"]]},
+        "/v1/calendars/{name}": {"entries": [{"date": "2027-01-01"}]},
         "/v1/tenant/quota": {"inflight": 100},   # B's own quota, set to what it is: nothing changes
         "/v1/fires/{key}/outcome": {"fire_key": names["fire"], "outcome": "succeeded"},
     }
