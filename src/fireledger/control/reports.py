@@ -96,12 +96,20 @@ def _window(from_: str | None, to: str | None, ctx: ApiContext) -> tuple[int, in
     return lo, hi
 
 
+def _from_query() -> Any:
+    """The window's ``from`` query parameter, as every report declares it."""
+    return instant_query("RFC 3339; scheduled instant ≥ from, not before 1970 (default: to − 1 h)", alias="from")
+
+
+def _to_query() -> Any:
+    """The window's ``to`` query parameter, as every report declares it."""
+    return instant_query("RFC 3339; scheduled instant < to (default: now; later than from, at most 7 days after it)")
+
+
 @router.get("/smearing", response_model=SmearingView, response_model_by_alias=True,
             summary="Avoided-peak report of jitter smearing over a window (default: the last hour)")
-def smearing(from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from, not before 1970 "
-                                               "(default: to − 1 h)", alias="from"),
-             to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from, "
-                                            "at most 7 days after it)"),
+def smearing(from_: InstantText | None = _from_query(),
+             to: InstantText | None = _to_query(),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     lo, hi = _window(from_, to, ctx)
@@ -134,10 +142,8 @@ DELIVERY_DEFINITION = ("Over fires scheduled in [from, to): an extra delivery is
 
 @router.get("/delivery", response_model=DeliveryView, response_model_by_alias=True,
             summary="Duplicate-delivery rate measured by the ledger over a window (default: the last hour)")
-def delivery(from_: InstantText | None = instant_query("RFC 3339; scheduled instant ≥ from, not before 1970 "
-                                               "(default: to − 1 h)", alias="from"),
-             to: InstantText | None = instant_query("RFC 3339; scheduled instant < to (default: now; later than from, "
-                                            "at most 7 days after it)"),
+def delivery(from_: InstantText | None = _from_query(),
+             to: InstantText | None = _to_query(),
              principal: Principal = Depends(require("reader")),
              ctx: ApiContext = Depends(get_ctx)) -> dict[str, Any]:
     lo, hi = _window(from_, to, ctx)
