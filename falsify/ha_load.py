@@ -12,11 +12,13 @@ stops everything and deletes the cluster.
 every committed fire and reads the ledger from the primary; :func:`figures` computes what every
 scenario reports: deliveries without a record, early deliveries, instants without (or with two)
 records, lateness, time from the event to the first fire decided after it and to on-time delivery
-for good, extra attempts.
+for good, extra attempts; and ``cpu`` (:class:`CpuShare`): how busy the machine was and how much of
+it the run's fireledger processes used.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import threading
@@ -74,6 +76,39 @@ class MetricsWatch:
         self._thread.join(timeout=10)
 
 
+class CpuShare:
+    """What the machine's CPUs did from construction to :meth:`figures`: ``machine_busy`` (fraction of
+    every core not idle, /proc/stat) and ``fireledger_cores`` (cores the run's fireledger processes
+    used, their utime + stime): a lagging run on a saturated machine whose CPU went mostly to other
+    processes is the machine's limit, not fireledger's."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.t0, self.stat0, self.used0 = time.monotonic(), self._stat(), self._used()
+
+    @staticmethod
+    def _stat() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]   # all jiffies, idle + iowait
+
+    def _used(self) -> float:
+        total = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def figures(self) -> dict[str, float]:
+        (all1, idle1), span = self._stat(), max(1e-6, time.monotonic() - self.t0)
+        busy = 1 - (idle1 - self.stat0[1]) / max(1, all1 - self.stat0[0])
+        return {"machine_busy": round(busy, 2), "fireledger_cores": round((self._used() - self.used0) / span, 2)}
+
+
 @dataclass
 class Loaded:
     """A running loaded cluster (see the module docstring)."""
@@ -86,6 +121,7 @@ class Loaded:
     started: float                       # wall clock: deliveries flowing, the warm-up begins
     watch: MetricsWatch
     out: dict[str, Any] = field(default_factory=dict)
+    cpu: CpuShare | None = None
 
     def wait(self, until: float) -> None:
         from e2e import wait_until
@@ -144,7 +180,8 @@ def loaded_cluster(shared: int, own: int, warmup_s: float, prefix: str) -> Itera
         watch = MetricsWatch(control.base)
         wait_until(lambda: len(sink.records()) >= len(triggers), 60, "deliveries to flow", interval_s=0.2)
         run = Loaded(cluster, url, sink, procs, triggers, time.time(), watch,
-                     {"triggers": len(triggers), "cluster_up_s": up_s, "workdir": str(work)})
+                     {"triggers": len(triggers), "cluster_up_s": up_s, "workdir": str(work)},
+                     CpuShare([p.proc.pid for p in procs]))
         run.wait(run.started + warmup_s)
         yield run
     finally:
@@ -182,6 +219,8 @@ def finish(run: Loaded) -> list[tuple[Any, ...]]:
     state, cause, decided, attempts)."""
     import psycopg
 
+    if run.cpu is not None:
+        run.out["cpu"] = run.cpu.figures()   # from the warm-up's start to the end of the run
     for p in run.procs[2:]:
         p.stop()
     run.out["settled"] = _wait_settled(run.url, 60)
