@@ -4,7 +4,8 @@
 synchronous standby, the monitor's health checks tightened), migrates it, loads triggers of 1 s
 (three tenants sharing ``shared`` of them, one tenant with ``own`` of its own; no jitter), starts
 ``fireledger control``, ``dispatch`` and two ``timing`` processes on the multi-host URL and a real
-HTTP sink recording every delivery, waits until deliveries flow, then yields a :class:`Loaded`
+HTTP sink recording every delivery (each tenant's fires/s quota twice its steady rate:
+:func:`_size_quotas`), waits until deliveries flow, then yields a :class:`Loaded`
 while a :class:`MetricsWatch` scrapes the control plane's ``/metrics`` every 0.25 s. On exit it
 stops everything and deletes the cluster.
 
@@ -129,8 +130,24 @@ class Loaded:
         wait_until(lambda: time.time() >= until, max(0.0, until - time.time()) + 5, "the run", interval_s=0.2)
 
 
+#: Each tenant's fires/s quota, as a multiple of its steady rate (decision 0201).
+QUOTA_HEADROOM = 2.0
+
+
+def _size_quotas(store: Any, rates: dict[str, int]) -> None:
+    """Give every tenant a fires/s quota of :data:`QUOTA_HEADROOM` × its steady rate when the default
+    (100/s) is below that, as an operator sizes a tenant's quota: at exactly the steady rate (or
+    under it: 300 triggers of 1 s in one tenant) the backlog of any pause can drain only through
+    over-quota spare capacity, and the scenario would measure the shedding order, not the store."""
+    for tenant_id, rate in rates.items():
+        want = QUOTA_HEADROOM * rate
+        if want > 100:
+            store.dispatch.set_tenant_quota(tenant_id, fires_per_s=want)
+
+
 def _load(store: Any, sink: Any, shared: int, own: int) -> list[str]:
-    """Three tenants sharing ``shared`` triggers of 1 s, one tenant with ``own``; their trigger ids."""
+    """Three tenants sharing ``shared`` triggers of 1 s, one tenant with ``own``; their trigger ids.
+    Quotas sized by :func:`_size_quotas`."""
     from fireledger.clock import SystemClock
     from fireledger.domain.model import Policies
     from storekit import add_target, add_tenant, add_trigger
@@ -147,6 +164,8 @@ def _load(store: Any, sink: Any, shared: int, own: int) -> list[str]:
     for _ in range(own):
         ids.append(add_trigger(store, big, big_target, {"every": "1s"}, now_us=now,
                                policies=Policies(timeout_s=5.0))[0].id)
+    rates = {t.id: len(range(i, shared, 3)) for i, t in enumerate(tenants)}
+    _size_quotas(store, {**rates, big.id: own})
     return ids
 
 
