@@ -4,7 +4,8 @@
 synchronous standby, the monitor's health checks tightened), migrates it, loads triggers of 1 s
 (three tenants sharing ``shared`` of them, one tenant with ``own`` of its own; no jitter), starts
 ``fireledger control``, ``dispatch`` and two ``timing`` processes on the multi-host URL and a real
-HTTP sink recording every delivery, waits until deliveries flow, then yields a :class:`Loaded`
+HTTP sink recording every delivery (each tenant's fires/s quota twice its steady rate:
+:func:`_size_quotas`), waits until deliveries flow, then yields a :class:`Loaded`
 while a :class:`MetricsWatch` scrapes the control plane's ``/metrics`` every 0.25 s. On exit it
 stops everything and deletes the cluster.
 
@@ -12,11 +13,13 @@ stops everything and deletes the cluster.
 every committed fire and reads the ledger from the primary; :func:`figures` computes what every
 scenario reports: deliveries without a record, early deliveries, instants without (or with two)
 records, lateness, time from the event to the first fire decided after it and to on-time delivery
-for good, extra attempts.
+for good, extra attempts; and ``cpu`` (:class:`CpuShare`): how busy the machine was and how much of
+it the run's fireledger processes used.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import threading
@@ -74,6 +77,39 @@ class MetricsWatch:
         self._thread.join(timeout=10)
 
 
+class CpuShare:
+    """What the machine's CPUs did from construction to :meth:`figures`: ``machine_busy`` (fraction of
+    every core not idle, /proc/stat) and ``fireledger_cores`` (cores the run's fireledger processes
+    used, their utime + stime): a lagging run on a saturated machine whose CPU went mostly to other
+    processes is the machine's limit, not fireledger's."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.t0, self.stat0, self.used0 = time.monotonic(), self._stat(), self._used()
+
+    @staticmethod
+    def _stat() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]   # all jiffies, idle + iowait
+
+    def _used(self) -> float:
+        total = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def figures(self) -> dict[str, float]:
+        (all1, idle1), span = self._stat(), max(1e-6, time.monotonic() - self.t0)
+        busy = 1 - (idle1 - self.stat0[1]) / max(1, all1 - self.stat0[0])
+        return {"machine_busy": round(busy, 2), "fireledger_cores": round((self._used() - self.used0) / span, 2)}
+
+
 @dataclass
 class Loaded:
     """A running loaded cluster (see the module docstring)."""
@@ -86,6 +122,7 @@ class Loaded:
     started: float                       # wall clock: deliveries flowing, the warm-up begins
     watch: MetricsWatch
     out: dict[str, Any] = field(default_factory=dict)
+    cpu: CpuShare | None = None
 
     def wait(self, until: float) -> None:
         from e2e import wait_until
@@ -93,8 +130,24 @@ class Loaded:
         wait_until(lambda: time.time() >= until, max(0.0, until - time.time()) + 5, "the run", interval_s=0.2)
 
 
+#: Each tenant's fires/s quota, as a multiple of its steady rate (decision 0201).
+QUOTA_HEADROOM = 2.0
+
+
+def _size_quotas(store: Any, rates: dict[str, int]) -> None:
+    """Give every tenant a fires/s quota of :data:`QUOTA_HEADROOM` × its steady rate when the default
+    (100/s) is below that, as an operator sizes a tenant's quota: at exactly the steady rate (or
+    under it: 300 triggers of 1 s in one tenant) the backlog of any pause can drain only through
+    over-quota spare capacity, and the scenario would measure the shedding order, not the store."""
+    for tenant_id, rate in rates.items():
+        want = QUOTA_HEADROOM * rate
+        if want > 100:
+            store.dispatch.set_tenant_quota(tenant_id, fires_per_s=want)
+
+
 def _load(store: Any, sink: Any, shared: int, own: int) -> list[str]:
-    """Three tenants sharing ``shared`` triggers of 1 s, one tenant with ``own``; their trigger ids."""
+    """Three tenants sharing ``shared`` triggers of 1 s, one tenant with ``own``; their trigger ids.
+    Quotas sized by :func:`_size_quotas`."""
     from fireledger.clock import SystemClock
     from fireledger.domain.model import Policies
     from storekit import add_target, add_tenant, add_trigger
@@ -111,6 +164,8 @@ def _load(store: Any, sink: Any, shared: int, own: int) -> list[str]:
     for _ in range(own):
         ids.append(add_trigger(store, big, big_target, {"every": "1s"}, now_us=now,
                                policies=Policies(timeout_s=5.0))[0].id)
+    rates = {t.id: len(range(i, shared, 3)) for i, t in enumerate(tenants)}
+    _size_quotas(store, {**rates, big.id: own})
     return ids
 
 
@@ -144,7 +199,8 @@ def loaded_cluster(shared: int, own: int, warmup_s: float, prefix: str) -> Itera
         watch = MetricsWatch(control.base)
         wait_until(lambda: len(sink.records()) >= len(triggers), 60, "deliveries to flow", interval_s=0.2)
         run = Loaded(cluster, url, sink, procs, triggers, time.time(), watch,
-                     {"triggers": len(triggers), "cluster_up_s": up_s, "workdir": str(work)})
+                     {"triggers": len(triggers), "cluster_up_s": up_s, "workdir": str(work)},
+                     CpuShare([p.proc.pid for p in procs]))
         run.wait(run.started + warmup_s)
         yield run
     finally:
@@ -182,6 +238,8 @@ def finish(run: Loaded) -> list[tuple[Any, ...]]:
     state, cause, decided, attempts)."""
     import psycopg
 
+    if run.cpu is not None:
+        run.out["cpu"] = run.cpu.figures()   # from the warm-up's start to the end of the run
     for p in run.procs[2:]:
         p.stop()
     run.out["settled"] = _wait_settled(run.url, 60)

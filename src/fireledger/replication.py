@@ -157,8 +157,20 @@ def plan_replication(engine_name: str, db_path: str | None, replica: str, sync_s
     return LitestreamPlan(binary, str(db), rep, sync_s, config)
 
 
+class ChildWatch:
+    """Whether the supervised Litestream child runs now (read by ``/metrics``:
+    ``fireledger_replica_up``, :mod:`fireledger.observe.replica`)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def running(self) -> bool:
+        proc = self.proc
+        return proc is not None and proc.poll() is None
+
+
 async def supervise_litestream(plan: LitestreamPlan, stopping: asyncio.Event, finish: asyncio.Event,
-                               grace_s: float = 2.0) -> None:
+                               grace_s: float = 2.0, watch: ChildWatch | None = None) -> None:
     """Keep ``litestream replicate`` running until ``finish`` is set. A child that exits is logged and
     started again after :data:`BACKOFF_FIRST_S`, doubling up to :data:`BACKOFF_MAX_S` (back to the
     first delay once a child ran :data:`BACKOFF_RESET_AFTER_S`) — unless ``stopping`` is set (the
@@ -166,11 +178,14 @@ async def supervise_litestream(plan: LitestreamPlan, stopping: asyncio.Event, fi
     ``finish`` the child gets SIGTERM (Litestream ships what it has read, bounded by its
     ``shutdown-sync-timeout``) and SIGKILL after ``grace_s``. The child shares the process group,
     so a ``kill -9`` of the group ends it with ``serve``; started with ``subprocess.Popen`` for the
-    reason given in :func:`fireledger.service._supervise_dispatchers`."""
+    reason given in :func:`fireledger.service._supervise_dispatchers`. ``watch`` (optional) is told
+    the child of the moment."""
     loop = asyncio.get_running_loop()
     delay = BACKOFF_FIRST_S
     while True:
         proc = subprocess.Popen(plan.command(), close_fds=True, stdin=subprocess.DEVNULL)
+        if watch is not None:
+            watch.proc = proc
         started = loop.time()
         log.info("litestream replicating %s to %s every %.2g s (pid %d)", plan.db_path, plan.replica,
                  plan.sync_s / 2, proc.pid)

@@ -299,10 +299,14 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
     replica_stop = asyncio.Event()
     replicator = None
     if replica is not None:
-        from fireledger.replication import supervise_litestream
+        from fireledger.observe.metrics import METRICS
+        from fireledger.observe.replica import ReplicaCollector
+        from fireledger.replication import ChildWatch, supervise_litestream
 
-        replicator = asyncio.create_task(supervise_litestream(replica, stop, replica_stop, grace_s=stop_s * 0.1),
-                                         name="litestream")
+        child = ChildWatch()   # /metrics: fireledger_replica_up and _lag_seconds (decision 0200)
+        METRICS.registry.register(ReplicaCollector(replica.db_path, replica.replica, child.running, replica.sync_s))
+        replicator = asyncio.create_task(supervise_litestream(replica, stop, replica_stop, grace_s=stop_s * 0.1,
+                                                              watch=child), name="litestream")
     done, _ = await asyncio.wait([*planes.tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     for t in done:
         if t is not waiter and t.exception() is not None:

@@ -32,6 +32,8 @@ def test_primary_kill_quick_form():
     assert res["deliveries_without_record"] == 0 and res["early_deliveries"] == 0
     assert res["promoted"] != res["killed_node"]
     assert res["rto_decided_s"] is not None and res["rto_decided_s"] <= RTO_LIMIT_S
+    # The CPU context a lagging run is judged in (decision 0201): the machine's share and fireledger's.
+    assert 0 < res["cpu"]["machine_busy"] <= 1 and res["cpu"]["fireledger_cores"] > 0
 
 
 def test_standby_loss_then_switchover_quick_form():
