@@ -70,7 +70,7 @@ def _tenants(paced: bool) -> str:
         "  AND x.tenant_id = w.tenant_id),"
         " (SELECT COUNT(*) FROM fires y WHERE y.tenant_id = w.tenant_id AND y.state = 'dispatching'"
         "  AND y.next_attempt_us > :now_us),"
-        f" COALESCE(t.quota_inflight, 100){tat}, t.quota_fires_per_s, t.catchup_fraction"
+        f" COALESCE(t.quota_inflight, 100){tat}"
         f" FROM walk w LEFT JOIN tenants t ON t.id = w.tenant_id{bucket}"
         " WHERE w.tenant_id IS NOT NULL AND (:stop = '' OR w.tenant_id < :stop) ORDER BY w.n"
     )
@@ -111,16 +111,11 @@ class Rotation:
 
 @dataclass(frozen=True, slots=True)
 class TenantRow:
-    """A tenant the walk found: its oldest live ``next_attempt_us``, whether it is held, its attempts
-    in flight in every process (as the walk counted them) and its quotas (fires/s, in flight,
-    catch-up fraction; None when the tenant row is gone) — read in the claim's transaction, so the
-    claim need not read them again (decision 0196)."""
+    """A tenant the walk found: its oldest live ``next_attempt_us`` and whether it is held."""
 
     tenant_id: str
     head_us: int | None
     held: bool
-    inflight: int = 0
-    quotas: tuple[float, int, float] | None = None
 
 
 def _walk(c: Any, q: Mapping[str, str], lane: str, now_us: int, paced: bool, start: str,
@@ -131,8 +126,7 @@ def _walk(c: Any, q: Mapping[str, str], lane: str, now_us: int, paced: bool, sta
     rows = c.execute(q["dp_claim_tenants_paced" if paced else "dp_claim_tenants"], {
         "lane": lane, "now_us": now_us, "start": start, "stop": stop, "scan": scan + 1}).fetchall()
     found = [TenantRow(str(r[0]), None if r[1] is None else int(r[1]),
-                       int(r[2]) >= int(r[3]) or (paced and int(r[4]) > now_us), int(r[2]),
-                       None if r[5] is None else (float(r[5]), int(r[3]), float(r[6]))) for r in rows]
+                       int(r[2]) >= int(r[3]) or (paced and int(r[4]) > now_us)) for r in rows]
     if len(found) > scan:
         return found[:scan], found[scan].tenant_id
     return found, None
@@ -201,19 +195,16 @@ def _fair(fires: Mapping[str, Sequence[tuple[Any, ...]]], held: Mapping[str, boo
 
 
 def read_candidates(c: Any, q: Mapping[str, str], lane: str, now_us: int, limit: int, paced: bool,
-                    rotation: Rotation, *, lock_batch: bool,
-                    facts: dict[str, TenantRow] | None = None) -> list[tuple[Any, ...]]:
+                    rotation: Rotation, *, lock_batch: bool) -> list[tuple[Any, ...]]:
     """Up to ``limit`` due fires of ``lane`` in fair order, each row the fire's columns
     (``queries.FIRE_COLS``) followed by ``held`` and ``rn``; run inside the claim transaction.
     ``lock_batch``: the engine reads every tenant's fires in one statement and locks them
     (PostgreSQL, ``FOR UPDATE SKIP LOCKED``: the engine's ``skip_locked`` capability); else one
     statement per tenant (SQLite, one writer). Reads a bounded number of rows whatever the backlog
-    (see the module docstring). ``facts``, when given, receives the walk's row of each tenant chosen."""
+    (see the module docstring)."""
     if limit <= 0:
         return []
     tenants = _choose(c, q, lane, now_us, paced, rotation)
-    if facts is not None:
-        facts.update((t.tenant_id, t) for t in tenants)
     held = {t.tenant_id: t.held for t in tenants}
     unheld = [t.tenant_id for t in tenants if not t.held]
     k = max(K_MIN, math.ceil(limit / max(1, len(unheld))))

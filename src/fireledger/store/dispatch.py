@@ -154,8 +154,7 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         """
         q = self.q
         with self.engine.write() as c:
-            facts: dict[str, claim_sql.TenantRow] = {}
-            cands = self._ranked_candidates(c, now_us, fetch, facts)
+            cands = self._ranked_candidates(c, now_us, fetch)
             offered = {lane: len(v) for lane, v in cands.items()}
             if not any(offered.values()):
                 return ClaimResult([], None, {}, offered)
@@ -165,7 +164,10 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
                 c.execute(q["dp_bucket_seed"], {"ids": json.dumps(keys)})
                 tats = {k: int(t) for k, t in c.execute(q["dp_bucket_lock"], {"ids": json.dumps(keys)}).fetchall()}
             tenants = {f.tenant_id for fs in cands.values() for f in fs}
-            quotas, inflight = self._tenant_facts(c, now_us, tenants, facts)
+            quotas = {r[0]: (float(r[1]), int(r[2]), float(r[3]))
+                      for r in c.execute(q["dp_quotas"], {"ids": _ids(tenants)}).fetchall()}
+            inflight = {r[0]: int(r[1]) for r in c.execute(
+                q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
             decision = shaper.decide(ClaimSnapshot(now_us, cands, quotas, inflight, tats))
             jobs = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
             if decision.tats:
@@ -173,32 +175,15 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
                     {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
         return ClaimResult(jobs, decision.wake_us, dict(decision.waiting), offered)
 
-    def _tenant_facts(self, c: Any, now_us: int, tenants: set[str], facts: Mapping[str, claim_sql.TenantRow]
-                      ) -> tuple[dict[str, tuple[float, int, float]], dict[str, int]]:
-        """The quotas and attempts in flight of ``tenants`` for the shaper. Taken from the tenant walk
-        of this transaction (decision 0196): the quotas on both engines; the in-flight counts only
-        with one writer (SQLite: nothing can lease between the walk and now) — on PostgreSQL another
-        dispatcher may have leased since the walk, so they are counted again, as before."""
-        q = self.q
-        quotas = {t: r.quotas for t in tenants if (r := facts.get(t)) is not None and r.quotas is not None}
-        if len(quotas) < len(tenants):
-            quotas.update((r[0], (float(r[1]), int(r[2]), float(r[3]))) for r in c.execute(
-                q["dp_quotas"], {"ids": _ids(tenants - quotas.keys())}).fetchall())
-        if self.engine.caps.skip_locked or any(t not in facts for t in tenants):
-            return quotas, {r[0]: int(r[1]) for r in c.execute(
-                q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
-        return quotas, {t: facts[t].inflight for t in tenants if facts[t].inflight}
-
-    def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int],
-                           facts: dict[str, claim_sql.TenantRow]) -> dict[str, list[Fire]]:
+    def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
         """Per lane, up to ``fetch[lane]`` due fires in fair order, held tenants last (a bounded
-        read: :func:`.claim_sql.read_candidates`); ``facts`` receives the walk's tenant rows."""
+        read: :func:`.claim_sql.read_candidates`)."""
         cands: dict[str, list[Fire]] = {}
         for lane, limit in fetch.items():
             if limit <= 0:
                 continue
             rows = claim_sql.read_candidates(c, self.q, lane, now_us, limit, lane != ON_TIME, self._rotation,
-                                             lock_batch=self.engine.caps.skip_locked, facts=facts)
+                                             lock_batch=self.engine.caps.skip_locked)
             cands[lane] = [rec.fire(r[:-2]) for r in rows]
         return cands
 
