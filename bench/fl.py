@@ -98,6 +98,7 @@ def ledger_facts(db: Path, window: tuple[int, int]) -> dict[str, Any]:
             # Where the lateness is spent: the clock bound at the claim (decided_us is the interval's
             # earliest bound when claimed), then the dispatcher's claim of the committed fire.
             "ledger_lateness_s": {"decided_p50": rnd(pct(decided, 50)), "decided_p99": rnd(pct(decided, 99)),
+                                  "dispatched_first": rnd(min(dispatched)) if dispatched else None,
                                   "dispatched_p50": rnd(pct(dispatched, 50)),
                                   "dispatched_p99": rnd(pct(dispatched, 99))}}
 
@@ -139,6 +140,12 @@ def profile_top(raw: Path, top: int = 12) -> dict[str, Any]:
     return {"samples": total, "self": best(self_c), "inclusive": best(incl)}
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tuple[int, int], until_us: int,
           loaded_us: int, profile: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """Wait for ``n`` deliveries (or ``until_us``), stop ``serve``, read the sink and the ledger."""
@@ -153,6 +160,7 @@ def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tu
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         reader = Store.open(serve.url)
         committed_at: list[int] = []
+        cpu0 = _cpu_s(serve.pid)
 
         def done() -> bool:
             if not committed_at:
@@ -170,6 +178,7 @@ def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tu
         finally:
             reader.close()
         complete = sink.count() >= n
+        cpu = _cpu_s(serve.pid) - cpu0
         if spy is not None:
             spy.send_signal(2)
             spy.wait(timeout=60)
@@ -181,6 +190,9 @@ def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tu
     facts["committed_all_s"] = round((committed_at[0] - t0_us) / S, 2) if committed_at else None
     facts["margin_s"] = round((t0_us - loaded_us) / S, 3)
     facts["profile"] = prof
+    # CPU of the serve process (user + system) from just before the instant to the last delivery:
+    # on a loaded machine a steadier figure than wall-clock throughput.
+    facts["serve_cpu_us_per_fire"] = round(cpu * S / max(1, sink.count()), 1)
     summary = summarise(sink.records(), n, t0_us=t0_us, window=window)
     return summary, facts
 
@@ -192,6 +204,7 @@ def _line(scenario: str, summary: dict[str, Any], facts: dict[str, Any], t0_us: 
             "ledger_records": facts["records"], "committed_all_s": facts["committed_all_s"],
             "states": facts["states"], "attempts": facts["attempts"], "complete": facts["complete"],
             "ledger_lateness_s": facts["ledger_lateness_s"],
+            "serve_cpu_us_per_fire": facts.get("serve_cpu_us_per_fire"),
             "setup_margin_s": facts["margin_s"], **extra, **machine()}
     if facts["margin_s"] < 0:
         line["invalid"] = "setup overran the first instant"

@@ -99,7 +99,9 @@ HISTORY_QUERIES: dict[str, str] = {
     ),
     "hist_undispatched_by_partition": (
         "SELECT t.partition, MIN(f.next_attempt_us) FROM fires f JOIN triggers t ON t.id = f.trigger_id "
-        "WHERE f.state IN ('pending', 'dispatching') AND f.dispatched_us IS NULL "
+        # Index fires_never_attempted (0017): a leased fire always has dispatched_us set, so
+        # "live and never dispatched" is "pending and never dispatched" (decision 0194).
+        "WHERE f.state = 'pending' AND f.dispatched_us IS NULL "
         "AND f.lane = 'on-time' AND f.next_attempt_us <= :now_us GROUP BY t.partition"
     ),
     "hist_lane_depths": (

@@ -9,7 +9,9 @@ instants one cycle decides all those due meanwhile — one transaction, one hand
 one cycle each; a fire is never claimed before its instant either way.
 
 Order of effects is the product's central rule: fires are committed (with the due-row advance, in
-one transaction) *before* ``on_committed`` hands them to dispatch.
+one transaction) *before* ``on_committed`` hands them to dispatch. A cycle with more due than one
+batch (a burst) hands each batch over as soon as it is committed, so dispatch starts on the first
+thousand while the next are being committed (decision 0195); released held fires follow the last.
 
 **Partitions.** Without a lease manager the loop owns every partition (the embedded default: one
 process). With one (:class:`fireledger.timing.leases.LeaseManager`, PostgreSQL) it reads only the due
@@ -387,10 +389,14 @@ class TimingLoop:
             if outcomes is None:
                 break
             res.claimed_rows += len(rows)
+            committed: list[NewFire] = []
             for o in outcomes:
                 if not o.advanced:
                     res.lost += 1
                 res.inserted.extend(o.inserted)
+                committed.extend(f for f in o.inserted if f.state == FireState.PENDING)
+            if committed:
+                self.on_committed(committed)   # this batch only after its commit (decision 0195)
             if len(rows) < self.batch or res.dropped:
                 break
         pending = [f for f in res.inserted if f.state == FireState.PENDING]
@@ -404,8 +410,8 @@ class TimingLoop:
                 observe(late_us / 1e6)
         if len(self.lateness_us) > 100_000:
             del self.lateness_us[:50_000]
-        if pending or res.released:
-            self.on_committed([*pending, *res.released])   # only after commit
+        if res.released:
+            self.on_committed(res.released)   # only after commit
         self.last = res
         return res
 

@@ -30,7 +30,9 @@ class DispatchStore(Protocol):
         With ``lease_margin_us``, each lease is then fitted to its own attempt deadline
         (``timeout + margin``), so a killed runner's fires return to the lane soon after.
 
-        On PostgreSQL concurrent dispatchers skip each other's rows (``SKIP LOCKED``).
+        On PostgreSQL concurrent dispatchers skip each other's rows (``SKIP LOCKED``). Reads and
+        orders the lane's live fires (index ``fires_lane_tenant_due``): a tool and test path, not
+        bounded by the backlog; the planes claim with :meth:`claim_shaped` (decisions 0130, 0194).
         """
         ...
 
