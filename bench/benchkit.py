@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -301,7 +302,8 @@ class Stores:
                     for setting in ("fsync", "synchronous_commit", "full_page_writes"):
                         c.execute(f"ALTER SYSTEM SET {setting} = on")
                     c.execute("SELECT pg_reload_conf()")
-        url = self._pg.new_database(f"fl_{name.replace('-', '_')}")
+        # PostgreSQL's test server takes a short identifier as the prefix (a unique suffix is added).
+        url = self._pg.new_database("fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28])
         cli("db", "upgrade", "--db", url)
         return url, None
 
