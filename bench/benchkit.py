@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import platform
+import re
 import subprocess
 import sys
 import time
