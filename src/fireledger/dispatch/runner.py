@@ -8,9 +8,7 @@ concurrency, per-tenant quotas (fires/s and in flight), recovery lanes paced at 
 tenant's quota, and the published shedding order (backfill, catch-up, over-quota, on-time). A claim
 leases the fire until the attempt's deadline plus a margin; a runner killed mid-attempt leaves the
 lease to expire and another runner (or this one restarted) picks the fire up as a further attempt
-under the same key.
-
-Outcomes and what each settles to: :mod:`fireledger.dispatch.settling`.
+under the same key. Outcomes and what each settles to: :mod:`fireledger.dispatch.settling`.
 """
 
 from __future__ import annotations
@@ -429,9 +427,10 @@ class Dispatcher:
         await self.aclose()
 
     async def run(self) -> None:
-        """Claim and attempt until :meth:`stop`: each round is :meth:`claim_once`'s, results are
-        recorded in batches by a background flusher, and the loop sleeps until woken (a commit, a
-        finished attempt, a retry due) or ``idle_s``. Returns within ``drain_s`` of ``stop()``."""
+        """Claim and attempt until :meth:`stop`: each round is :meth:`claim_once`'s, results recorded in
+        batches by a background flusher; sleeps until woken (a commit, a finished attempt, a retry due) or
+        ``idle_s`` × 0.5–1 (jittered: dispatchers polling one store never fall into lockstep, where the
+        first to poll takes every batch). Returns within ``drain_s`` of ``stop()``."""
         if self._running:
             raise RuntimeError("run() is already running")
         loop = asyncio.get_running_loop()
@@ -449,7 +448,7 @@ class Dispatcher:
                 self._wake.clear()
                 cap = self.capacity()
                 fetch = self._fetch(cap)
-                wait_s = self.idle_s
+                wait_s = self.idle_s * random.uniform(0.5, 1.0)   # jittered (docstring)
                 self._left = True   # until a claim round says otherwise (no free slot: work may be left)
                 if fetch:
                     try:
