@@ -17,8 +17,7 @@ Contracts (each method's docstring in :class:`fireledger.store.protocols.trust.T
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from fireledger.domain.keys import from_us
 from fireledger.domain.trust_records import AuditEntry, TargetTrust
@@ -77,9 +76,8 @@ class TargetVerifications:
     engine: Engine
     q: dict[str, str]
 
-    def _append_audit(self, c: Any, tenant_id: str | None, actor: str, action: str, at_us: int,
-                      prior: Any = None, new: Any = None) -> AuditEntry:
-        raise NotImplementedError   # SqlTrust's
+    #: SqlTrust's audit append (this mixin's acts are audited in their own transaction through it).
+    _append_audit: Callable[..., AuditEntry]
 
     def target_trust(self, target_id: str) -> TargetTrust | None:
         """The verification state of a target (any tenant's, deleted ones too): the dispatch check."""
