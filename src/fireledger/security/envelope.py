@@ -370,6 +370,8 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     read (off the event loop) only when the tenant's data key is not cached."""
     import asyncio
 
+    from .flight import once
+
     payload: bytes = job.payload
     f = job.fire
     cipher = cipher_for(store)
@@ -390,6 +392,13 @@ async def open_job_payload(store: Any, job: Any) -> Any:
         secret = cipher.open_secret(target.tenant_id, target.id, target.secret)
         return replace(job, payload=plain, target=replace(target, secret=secret))
 
+    if not cipher.has_key(f.tenant_id):
+        # One store read of the tenant's key however many attempts are waiting for it (0206); a
+        # failed read (tenant deleted, KEK mismatch) is raised below by ``opened`` in a thread.
+        try:
+            await once(("data-key", id(cipher), f.tenant_id), lambda: cipher.data_key(f.tenant_id, create=False))
+        except Exception:
+            pass
     if cipher.has_key(f.tenant_id):
         return opened()
     return await asyncio.to_thread(opened)

@@ -54,6 +54,7 @@ from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
 from .egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
+from .flight import once
 
 WELL_KNOWN = "/.well-known/fireledger-verification/"
 VERIFICATION_TTL_S = 30 * 86_400
@@ -310,8 +311,8 @@ async def _checked(store: Any, target: Any, now_us: int) -> tuple[str | None, An
     if getattr(target, "kind", "http") != "http":
         return None, None
     found, t = _cached_trust(store, target.id)
-    if not found:
-        t = await asyncio.to_thread(_load_trust, store, target.id)
+    if not found:   # one store read per target however many attempts are waiting for it (0206)
+        t = await once(("trust", id(store), target.id), lambda: _load_trust(store, target.id))
     if t is None:
         return f"target {target.id} does not exist", None
     return verification_problem(t, now_us), t
