@@ -48,6 +48,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from fireledger.domain.evolve import evolve
 from fireledger.domain.model import Target
 from fireledger.domain.trust_records import SECRET_PREFIX, is_sealed_secret
 from fireledger.errors import FireledgerError
@@ -382,15 +383,15 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     if hit is not None:   # opened before from these very bytes, and the tenant's key is still live
         plain, secret = hit
         if not signs:
-            return replace(job, payload=plain)
-        return replace(job, payload=plain, target=replace(target, secret=secret))
+            return evolve(job, payload=plain)
+        return evolve(job, payload=plain, target=evolve(target, secret=secret))
 
     def opened() -> Any:
         plain = cipher.open(f.tenant_id, f.trigger_id, f.version, payload)
         if not signs:
-            return replace(job, payload=plain)
+            return evolve(job, payload=plain)
         secret = cipher.open_secret(target.tenant_id, target.id, target.secret)
-        return replace(job, payload=plain, target=replace(target, secret=secret))
+        return evolve(job, payload=plain, target=evolve(target, secret=secret))
 
     if not cipher.has_key(f.tenant_id):
         # One store read of the tenant's key however many attempts are waiting for it (0206); a

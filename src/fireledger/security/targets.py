@@ -43,13 +43,13 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from fireledger.domain.evolve import evolve
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
@@ -339,7 +339,7 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
     if refusal is not None:
         return job, f"not sent: {refusal}"
     if trust is not None and needs_pin(job.target.url):
-        job = replace(job, pinned_addresses=trust.pinned)   # connect only where ownership was proved
+        job = evolve(job, pinned_addresses=trust.pinned)   # connect only where ownership was proved
     try:
         return await open_job_payload(store, job), None
     except PayloadUnreadable as exc:
