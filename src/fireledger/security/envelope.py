@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -53,6 +54,8 @@ from fireledger.domain.model import Target
 from fireledger.domain.trust_records import SECRET_PREFIX, is_sealed_secret
 from fireledger.errors import FireledgerError
 from fireledger.store.engine import StoreError
+
+from .flight import once
 
 log = logging.getLogger("fireledger.security")
 
@@ -369,10 +372,6 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     :class:`PayloadUnreadable` (a ``ValueError``: the attempt is recorded ``failed`` with it as the
     cause) when the tenant's key is destroyed or the ciphertext does not authenticate. The store is
     read (off the event loop) only when the tenant's data key is not cached."""
-    import asyncio
-
-    from .flight import once
-
     payload: bytes = job.payload
     f = job.fire
     cipher = cipher_for(store)

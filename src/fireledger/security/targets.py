@@ -54,6 +54,7 @@ from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
 from .egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
+from .envelope import KekError, PayloadUnreadable, open_job_payload
 from .flight import once
 
 WELL_KNOWN = "/.well-known/fireledger-verification/"
@@ -333,8 +334,6 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
     or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed, or
     the key-encryption key does not unwrap it: ``KekError``, never raised from here).
     The runner records such an attempt ``failed`` with the cause; the target is not called."""
-    from .envelope import KekError, PayloadUnreadable, open_job_payload
-
     refusal, trust = await _checked(store, job.target, now_us)
     if refusal is not None:
         return job, f"not sent: {refusal}"
