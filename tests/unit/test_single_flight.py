@@ -89,3 +89,20 @@ def test_a_cancelled_waiter_does_not_cancel_the_load_for_the_others() -> None:
         assert await second == 1 and runs == [1]
 
     asyncio.run(main())
+
+
+
+def test_a_load_left_behind_by_a_closed_loop_does_not_stick() -> None:
+    """A loop closed while its load ran leaves its entry behind; a later loop that happens to get
+    the same id loads anew instead of awaiting the dead loop's future."""
+    from fireledger.security import flight
+
+    dead = asyncio.new_event_loop()
+    stale = dead.create_future()   # never finished: its loop is closed below
+    dead.close()
+
+    async def again() -> object:
+        flight._LOADING[(id(asyncio.get_running_loop()), "k")] = stale   # as if the id were reused
+        return await once("k", lambda: "fresh")
+
+    assert asyncio.run(again()) == "fresh"

@@ -28,7 +28,7 @@ async def once(key: Hashable, fn: Callable[[], Any]) -> Any:
     loop = asyncio.get_running_loop()
     k = (id(loop), key)
     fut = _LOADING.get(k)
-    if fut is None:
+    if fut is None or fut.done() or fut.get_loop() is not loop:   # none, finished, or a closed loop's
         fut = _LOADING[k] = asyncio.ensure_future(asyncio.to_thread(fn))
 
         def _done(f: asyncio.Future[Any]) -> None:
