@@ -141,9 +141,20 @@ def profile_top(raw: Path, top: int = 12) -> dict[str, Any]:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (its threads included), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of process ``pid`` and its live descendants (threads included:
+    ``serve`` with ``FIRELEDGER_DISPATCH_PROCESSES`` > 1 dispatches from child processes), from /proc."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue   # ended meanwhile
+    return total
 
 
 def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tuple[int, int], until_us: int,

@@ -442,6 +442,10 @@ class KeyRingFile:
         return self._edit(lambda r: r.prune(now_s))  # type: ignore[no-any-return]
 
 
+#: A JSON string literal exactly as ``json.dumps`` writes it with ``ensure_ascii=True`` (the C encoder).
+_json_str: Any = json.encoder.encode_basestring_ascii
+
+
 def mint(
     ring: KeyRing,
     *,
@@ -471,11 +475,11 @@ def mint(
             or isinstance(expires_s, bool) or not isinstance(expires_s, int) or expires_s <= now_s):
         raise ValueError("now_s and expires_s must be ints with 0 <= now_s < expires_s")
     key = ring.current
-    claims = json.dumps(
-        {"iss": issuer, "aud": audience, "sub": subject, "iat": now_s, "nbf": now_s, "exp": expires_s,
-         "jti": f"{fire_key}.{attempt}", BODY_SHA256_CLAIM: body_sha256},
-        separators=(",", ":"), ensure_ascii=True,
-    )
+    # The bytes of json.dumps({"iss": …, "aud": …, "sub": …, "iat": …, "nbf": …, "exp": …, "jti": …,
+    # BODY_SHA256_CLAIM: …}, separators=(",", ":"), ensure_ascii=True), written out (decision 0207).
+    claims = (f'{{"iss":{_json_str(issuer)},"aud":{_json_str(audience)},"sub":{_json_str(subject)},'
+              f'"iat":{int(now_s)},"nbf":{int(now_s)},"exp":{int(expires_s)},'
+              f'"jti":{_json_str(f"{fire_key}.{attempt}")},"{BODY_SHA256_CLAIM}":"{body_sha256}"}}')
     signing_input = key.header_b64 + b"." + base64.urlsafe_b64encode(claims.encode("ascii")).rstrip(b"=")
     signature = base64.urlsafe_b64encode(key.private.sign(signing_input)).rstrip(b"=")
     return (signing_input + b"." + signature).decode("ascii")

@@ -205,8 +205,7 @@ class _Shaper:
         self.capacity = capacity
 
     def bucket_keys(self, candidates: Mapping[str, Sequence[Fire]]) -> list[str]:
-        return shaping.bucket_keys({lane: [_candidate(f) for f in fs] for lane, fs in candidates.items()},
-                                   self.config)
+        return shaping.bucket_keys(candidates, self.config)   # the fires themselves: only tenant_id is read
 
     def decide(self, snapshot: ClaimSnapshot) -> ShapedDecision:
         by_key: dict[tuple[str, str, int, int], Fire] = {}

@@ -31,6 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from fireledger.domain.model import Lane
 
@@ -160,19 +161,25 @@ def quota_rate(q: TenantQuota, config: DispatchConfig) -> Rate:
     return Rate(q.fires_per_s, max(1.0, q.fires_per_s * config.quota_burst_s))
 
 
-def bucket_keys(candidates: Mapping[str, Sequence[Candidate]], config: DispatchConfig) -> list[str]:
+class _HasTenant(Protocol):
+    @property
+    def tenant_id(self) -> str: ...
+
+
+def bucket_keys(candidates: Mapping[str, Sequence[_HasTenant]], config: DispatchConfig) -> list[str]:
     """Every bucket :func:`shape` may read or charge for these candidates, sorted (the store locks
-    them in this order, so concurrent claims never deadlock)."""
+    them in this order, so concurrent claims never deadlock). Anything with a ``tenant_id`` will
+    do as a candidate here (a :class:`Candidate`, or the store's fire itself)."""
     keys: set[str] = set()
     for lane, cands in candidates.items():
         if not cands:
             continue
         if config.lane(lane).rate is not None:
             keys.add(lane_key(lane))
-        for c in cands:
-            keys.add(quota_key(c.tenant_id))
-            if lane != Lane.ON_TIME.value:
-                keys.add(recovery_key(lane, c.tenant_id))
+        tenants = {c.tenant_id for c in cands}
+        keys.update(map(quota_key, tenants))
+        if lane != Lane.ON_TIME.value:
+            keys.update(recovery_key(lane, t) for t in tenants)
     return sorted(keys)
 
 
@@ -322,13 +329,18 @@ def _count_waiting(r: _Round, candidates: Mapping[str, Sequence[Candidate]]) -> 
     """Count the candidates left waiting, by the class they were offered for (an on-time fire of a
     tenant past its quota waits as over-quota work)."""
     on_time = Lane.ON_TIME.value
+    over = Admission.OVER_QUOTA.value
+    waiting = r.plan.waiting
     for lane, cands in candidates.items():
+        names: dict[str, str] = {}   # per tenant: the state is final here, so one look per tenant
         for c in cands:
             if c.key in r.taken:
                 continue
             name = lane
-            q = r.quota(c.tenant_id)
-            if lane == on_time and (q.fires_per_s <= 0 or not conforms(
-                    r.state.get(quota_key(c.tenant_id), 0), r.now_us, quota_rate(q, r.config))):
-                name = Admission.OVER_QUOTA.value
-            r.plan.waiting[name] = r.plan.waiting.get(name, 0) + 1
+            if lane == on_time:
+                name = names.get(c.tenant_id, "")
+                if not name:
+                    q = r.quota(c.tenant_id)
+                    name = names[c.tenant_id] = over if q.fires_per_s <= 0 or not conforms(
+                        r.state.get(quota_key(c.tenant_id), 0), r.now_us, quota_rate(q, r.config)) else lane
+            waiting[name] = waiting.get(name, 0) + 1

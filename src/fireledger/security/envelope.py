@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -48,10 +49,13 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from fireledger.domain.evolve import evolve
 from fireledger.domain.model import Target
 from fireledger.domain.trust_records import SECRET_PREFIX, is_sealed_secret
 from fireledger.errors import FireledgerError
 from fireledger.store.engine import StoreError
+
+from .flight import once
 
 log = logging.getLogger("fireledger.security")
 
@@ -368,8 +372,6 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     :class:`PayloadUnreadable` (a ``ValueError``: the attempt is recorded ``failed`` with it as the
     cause) when the tenant's key is destroyed or the ciphertext does not authenticate. The store is
     read (off the event loop) only when the tenant's data key is not cached."""
-    import asyncio
-
     payload: bytes = job.payload
     f = job.fire
     cipher = cipher_for(store)
@@ -380,16 +382,23 @@ async def open_job_payload(store: Any, job: Any) -> Any:
     if hit is not None:   # opened before from these very bytes, and the tenant's key is still live
         plain, secret = hit
         if not signs:
-            return replace(job, payload=plain)
-        return replace(job, payload=plain, target=replace(target, secret=secret))
+            return evolve(job, payload=plain)
+        return evolve(job, payload=plain, target=evolve(target, secret=secret))
 
     def opened() -> Any:
         plain = cipher.open(f.tenant_id, f.trigger_id, f.version, payload)
         if not signs:
-            return replace(job, payload=plain)
+            return evolve(job, payload=plain)
         secret = cipher.open_secret(target.tenant_id, target.id, target.secret)
-        return replace(job, payload=plain, target=replace(target, secret=secret))
+        return evolve(job, payload=plain, target=evolve(target, secret=secret))
 
+    if not cipher.has_key(f.tenant_id):
+        # One store read of the tenant's key however many attempts are waiting for it (0206); a
+        # failed read (tenant deleted, KEK mismatch) is raised below by ``opened`` in a thread.
+        try:
+            await once(("data-key", id(cipher), f.tenant_id), lambda: cipher.data_key(f.tenant_id, create=False))
+        except Exception:
+            pass
     if cipher.has_key(f.tenant_id):
         return opened()
     return await asyncio.to_thread(opened)

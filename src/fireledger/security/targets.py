@@ -43,17 +43,19 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from fireledger.domain.evolve import evolve
 from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
 from .egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
+from .envelope import KekError, PayloadUnreadable, open_job_payload
+from .flight import once
 
 WELL_KNOWN = "/.well-known/fireledger-verification/"
 VERIFICATION_TTL_S = 30 * 86_400
@@ -310,8 +312,8 @@ async def _checked(store: Any, target: Any, now_us: int) -> tuple[str | None, An
     if getattr(target, "kind", "http") != "http":
         return None, None
     found, t = _cached_trust(store, target.id)
-    if not found:
-        t = await asyncio.to_thread(_load_trust, store, target.id)
+    if not found:   # one store read per target however many attempts are waiting for it (0206)
+        t = await once(("trust", id(store), target.id), lambda: _load_trust(store, target.id))
     if t is None:
         return f"target {target.id} does not exist", None
     return verification_problem(t, now_us), t
@@ -332,13 +334,11 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
     or lapsed, the target is gone, or the payload cannot be opened (the tenant's key was destroyed, or
     the key-encryption key does not unwrap it: ``KekError``, never raised from here).
     The runner records such an attempt ``failed`` with the cause; the target is not called."""
-    from .envelope import KekError, PayloadUnreadable, open_job_payload
-
     refusal, trust = await _checked(store, job.target, now_us)
     if refusal is not None:
         return job, f"not sent: {refusal}"
     if trust is not None and needs_pin(job.target.url):
-        job = replace(job, pinned_addresses=trust.pinned)   # connect only where ownership was proved
+        job = evolve(job, pinned_addresses=trust.pinned)   # connect only where ownership was proved
     try:
         return await open_job_payload(store, job), None
     except PayloadUnreadable as exc:

@@ -40,6 +40,7 @@ from fireledger.domain.dispatch_records import (
     Settlement,
     Shaper,
 )
+from fireledger.domain.evolve import evolve
 from fireledger.domain.instants import MAX_US, MIN_US, after_us, clamp_us
 from fireledger.domain.model import DispatchJob, Fire, FireKind, FireState, Policies, Target, TriggerVersion
 
@@ -220,11 +221,11 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
                 self._settle_exhausted(c, f, v.policies, now_us)
                 continue
             until = after_us(now_us, v.policies.timeout_s) + lease_margin_us
-            p = {**rec.key_params(f), "owner": owner, "until_us": clamp_us(until), "now_us": now_us}
-            leases.append(p)
-            attempts.append({**rec.key_params(f), "attempt": f.attempts + 1, "now_us": now_us, "owner": owner})
-            leased = replace(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
-                             dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
+            kp = rec.key_params(f)
+            leases.append({**kp, "owner": owner, "until_us": clamp_us(until), "now_us": now_us})
+            attempts.append({**kp, "attempt": f.attempts + 1, "now_us": now_us, "owner": owner})
+            leased = evolve(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
+                            dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
             jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
                                                v.schedule, dead_letter=dl.load_dead_fire(c, q, f) if delivery
                                                else None), admission))
