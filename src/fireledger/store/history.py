@@ -41,7 +41,7 @@ _LOW = -(2**62)
 _HIGH = 2**62
 
 _TRIGGER_RANGE = (
-    f"SELECT {_F} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+    f"SELECT {_F} FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
     "AND scheduled_us >= :lo AND scheduled_us < :hi AND state IN ({states}) "
 )
 _TENANT_RANGE = (
@@ -68,12 +68,12 @@ HISTORY_QUERIES: dict[str, str] = {
         "ORDER BY a.tenant_id, a.trigger_id, a.scheduled_us, a.seq, a.attempt"
     ),
     "hist_lateness": (
-        "SELECT dispatched_us - scheduled_us FROM fires WHERE tenant_id = :tenant_id "
+        "SELECT dispatched_us - scheduled_us FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id "
         "AND trigger_id = :trigger_id AND scheduled_us >= :lo AND scheduled_us < :hi "
         "AND dispatched_us IS NOT NULL ORDER BY scheduled_us DESC, seq DESC LIMIT :cap"
     ),
     "hist_trigger_state_counts": (
-        "SELECT state, COUNT(*) FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT state, COUNT(*) FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us >= :lo AND scheduled_us < :hi GROUP BY state"
     ),
     "hist_tenant_state_counts": (
@@ -81,7 +81,7 @@ HISTORY_QUERIES: dict[str, str] = {
         "AND scheduled_us >= :lo AND scheduled_us < :hi GROUP BY state"
     ),
     "hist_recent_states": (
-        "SELECT state FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT state FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us < :hi ORDER BY scheduled_us DESC, seq DESC LIMIT :n"
     ),
     "hist_ops_triggers": (
