@@ -60,7 +60,8 @@ GAP_QUERIES: dict[str, str] = {
         "AND current_version = :expected_version AND COALESCE(paused_us, :none) = :point_us"
     ),
     "gp_last_catch_up": (
-        "SELECT decided_us FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT decided_us FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND kind = 'catch-up' ORDER BY scheduled_us DESC, seq DESC LIMIT 1"
     ),
     "gp_plan_fires": (

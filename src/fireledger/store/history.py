@@ -73,7 +73,8 @@ HISTORY_QUERIES: dict[str, str] = {
         "AND dispatched_us IS NOT NULL ORDER BY scheduled_us DESC, seq DESC LIMIT :cap"
     ),
     "hist_trigger_state_counts": (
-        "SELECT state, COUNT(*) FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT state, COUNT(*) FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us >= :lo AND scheduled_us < :hi GROUP BY state"
     ),
     "hist_tenant_state_counts": (

@@ -177,7 +177,8 @@ QUERIES: dict[str, str] = {
     ),
     # --- history --------------------------------------------------------------------------------
     "list_fires": (
-        f"SELECT {FIRE_COLS_EVIDENCE} FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        f"SELECT {FIRE_COLS_EVIDENCE} FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND (scheduled_us > :after_us OR (scheduled_us = :after_us AND seq > :after_seq)) "
         "ORDER BY scheduled_us, seq LIMIT :limit"
     ),

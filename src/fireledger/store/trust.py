@@ -45,10 +45,10 @@ from . import rows as rec
 from .console import SESSIONS_PER_PRINCIPAL
 from .core import Area
 from .engine import Engine, StoreError
+from .verifications import TargetVerifications
 
 #: A trigger's fires (decision 0210: the table is keyed by tenant and instant).
 _BY_TRIGGER = "fires INDEXED BY fires_by_trigger"
-from .verifications import TargetVerifications
 
 #: The migration that keys the chain; applying it seals any unkeyed rows (:meth:`SqlTrust.seal_legacy_audit`).
 AUDIT_KEYED_MIGRATION = 11
