@@ -8,8 +8,9 @@ Contracts:
 
 * Ranges are half-open on the scheduled instant: ``from_us <= scheduled_us < to_us``.
 * Pages are keyset-paged: per trigger by ``(scheduled_us, seq)``, per tenant by
-  ``(scheduled_us, trigger_id, seq)``, ascending or descending. The per-trigger range is the
-  primary key; the per-tenant range is index ``fires_by_tenant_instant`` (migration 0005).
+  ``(scheduled_us, trigger_id, seq)``, ascending or descending. The per-tenant range is the
+  primary key (tenant, instant, trigger, seq; migration 0021); the per-trigger range is index
+  ``fires_by_trigger`` (named with ``INDEXED BY`` on SQLite, decision 0210).
 * The paging signal (:meth:`SqlHistory.due_waiting_by_partition`) counts, per partition, due-index
   rows whose instant has passed (not yet decided: the timing plane) and fires never attempted whose
   dispatch time has passed (decided, not dispatched: the dispatch plane). Retries of a fire already
