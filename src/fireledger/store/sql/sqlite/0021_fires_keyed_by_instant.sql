@@ -5,7 +5,8 @@
 -- its three writes and its attempt a page at each of two. Keyed by (tenant, instant, trigger, seq),
 -- a cycle's fires are neighbours. The same key was an index (fires_by_tenant_instant, every fire):
 -- the table now is that order, and a trigger's history reads the new fires_by_trigger (written once,
--- at insert: its columns never change). A trigger's attempts are read through its fires.
+-- at insert: its columns never change). A trigger's attempts are read through its fires. The copies
+-- are made in the new key order (appends: packed pages, no random inserts on a large history).
 CREATE TABLE fires_by_instant (
   tenant_id TEXT NOT NULL,
   trigger_id TEXT NOT NULL,
@@ -38,7 +39,8 @@ INSERT INTO fires_by_instant (tenant_id, trigger_id, scheduled_us, seq, version,
   lease_expires_us, eps_us, eps_source, attempt_base, redriven_us, specs, dst)
 SELECT tenant_id, trigger_id, scheduled_us, seq, version, kind, lane, state, cause,
   decided_us, decided_by, dispatched_us, finished_us, tzdata_version, attempts, next_attempt_us, lease_owner,
-  lease_expires_us, eps_us, eps_source, attempt_base, redriven_us, specs, dst FROM fires;
+  lease_expires_us, eps_us, eps_source, attempt_base, redriven_us, specs, dst FROM fires
+  ORDER BY tenant_id, scheduled_us, trigger_id, seq;
 DROP TABLE fires;
 ALTER TABLE fires_by_instant RENAME TO fires;
 CREATE INDEX fires_by_trigger ON fires (tenant_id, trigger_id, scheduled_us, seq);
@@ -68,6 +70,6 @@ CREATE TABLE attempts_by_instant (
 INSERT INTO attempts_by_instant (tenant_id, trigger_id, scheduled_us, seq, attempt, started_us, finished_us,
   result, http_status, error, node)
 SELECT tenant_id, trigger_id, scheduled_us, seq, attempt, started_us, finished_us, result, http_status, error,
-  node FROM attempts;
+  node FROM attempts ORDER BY tenant_id, scheduled_us, trigger_id, seq, attempt;
 DROP TABLE attempts;
 ALTER TABLE attempts_by_instant RENAME TO attempts;
