@@ -44,6 +44,7 @@ import struct
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -116,15 +117,20 @@ class WalFrames:
     """Counts frames appended to a SQLite ``-wal`` file by sampling the WAL index (``-shm``) header's
     ``mxFrame`` every ``interval_s``; a drop (the log restarted after a checkpoint) adds what was
     there. Frames written between the last sample and a restart are missed (small: a restart
-    follows a checkpoint of ~1,000 pages)."""
+    follows a checkpoint of ~1,000 pages). Each new frame's header (``-wal``) is read too: the page
+    it holds (``pages``: frames per page number, mapped to the b-tree that owns the page by
+    :func:`wal_by_btree`) and whether it ends a transaction (``commits``)."""
 
     def __init__(self, db: Path, interval_s: float = 0.003) -> None:
         self.shm = Path(str(db) + "-shm")
+        self.wal = Path(str(db) + "-wal")
         self.interval_s = interval_s
         self.done = 0
         self.last = 0
         self.page = 4096
         self.restarts = 0
+        self.pages: Counter[int] = Counter()
+        self.commits = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="wal-frames")
         self._thread.start()
@@ -140,6 +146,22 @@ class WalFrames:
         size = struct.unpack_from("=H", head, 14)[0]
         return struct.unpack_from("=I", head, 16)[0], (65536 if size == 1 else size)
 
+    def _headers(self, first: int, upto: int) -> None:
+        """Frames ``first + 1`` … ``upto`` (1-based) of the current log: page number and commit mark."""
+        size = self.page + 24
+        try:
+            with open(self.wal, "rb") as fh:
+                for i in range(first, upto):
+                    fh.seek(32 + i * size)
+                    head = fh.read(8)
+                    if len(head) < 8:
+                        return
+                    pgno, db_pages = struct.unpack(">II", head)
+                    self.pages[pgno] += 1
+                    self.commits += db_pages != 0
+        except OSError:
+            return
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             got = self._read()
@@ -149,6 +171,9 @@ class WalFrames:
             if mx < self.last:
                 self.done += self.last
                 self.restarts += 1
+                self.last = 0
+            if mx > self.last:
+                self._headers(self.last, mx)
             self.last = mx
 
     def frames(self) -> int:
@@ -157,6 +182,25 @@ class WalFrames:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+
+
+def wal_by_btree(db: Path, pages: Counter[int], fires: int) -> dict[str, float]:
+    """Frames per fire by the b-tree (table or index) that owns each page now (``dbstat``; a page
+    freed and reused meanwhile is charged to its current owner, a page beyond the file to
+    ``(freelist/new)``), largest first."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        owner = {int(p): str(n) for n, p in conn.execute("SELECT name, pageno FROM dbstat")}
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    by: Counter[str] = Counter()
+    for pgno, k in pages.items():
+        by[owner.get(pgno, "(freelist/new)")] += k
+    return {n: round(k / fires, 3) for n, k in by.most_common() if fires}
 
 
 def _counters(pids: list[int], out_dir: Path) -> dict[int, dict[str, Any]]:
@@ -369,6 +413,10 @@ def one(topology: str, url: str, db: Path | None, tmp: Path, sink: Sink, rate: i
         line["rows_written_per_fire"] = _per(sum(p["sqlite_rows_written"] for p in planes_d.values()), in_window, 2)
         line["wal_bytes_per_fire"] = _per(wal_bytes, in_window, 0)
         line["wal_frames_per_fire"] = _per(frames, in_window, 2)
+        if wal is not None and in_window:
+            # Frames per fire by owning b-tree, and commits, over the whole run (load to stop).
+            line["wal_frames_by_btree_per_fire"] = wal_by_btree(db, wal.pages, n)
+            line["wal_commits_per_fire"] = _per(wal.commits, n, 3)
     else:
         assert pg0 is not None and pg1 is not None
         recorded = _committed(url, (base, end), "scheduled_us")   # every fire of the run, delivered or not

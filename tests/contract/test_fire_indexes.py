@@ -15,7 +15,7 @@ from typing import Any
 INVENTORY = {
     "fires_undelivered": "oldest_undelivered",            # MIN over live fires (the paging signal)
     "fires_inflight": "dp_inflight",                      # a tenant's attempts in flight (its quota)
-    "fires_by_tenant_instant": "hist_tenant_asc",         # a tenant's history by instant (every fire)
+    "fires_by_trigger": "hist_trigger_asc",               # a trigger's history (every fire; 0210)
     "fires_held": "ov_held_all",                          # overlap-held fires
     "fires_lane_tenant_due": "dp_claim_fires",            # the bounded claim (decision 0130)
     "fires_dead_letters": "dl_page",                      # a tenant's dead letters
@@ -57,8 +57,9 @@ def _plan(store: Any, name: str) -> str:
 
 
 def test_the_fires_indexes_are_the_inventory(store):
-    """Migration 0020 dropped fires_dispatchable (only the whole-lane claim read it); an index added
-    later must name the query that needs it here."""
+    """Migration 0020 dropped fires_dispatchable (only the whole-lane claim read it); migration 0021
+    keyed the table by tenant and instant, so fires_by_tenant_instant (the same order) went and
+    fires_by_trigger came (decision 0210). An index added later must name the query that needs it here."""
     assert _fire_indexes(store) == set(INVENTORY)
 
 

@@ -18,7 +18,8 @@ from . import queries
 
 BACKFILL_QUERIES: dict[str, str] = {
     "bf_window": (
-        "SELECT scheduled_us, seq, state FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT scheduled_us, seq, state FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us >= :lo AND scheduled_us < :hi AND (seq = :seq OR state = 'delivered')"
     ),
 }

@@ -54,8 +54,9 @@ CONSOLE_QUERIES: dict[str, str] = {
         "SELECT f.trigger_id, f.state, f.scheduled_us, f.seq FROM ("
         "  SELECT id FROM triggers WHERE tenant_id = :tenant_id AND state <> 'deleted' "
         "  ORDER BY id LIMIT :limit) t "
-        "JOIN fires f ON f.tenant_id = :tenant_id AND f.trigger_id = t.id AND f.scheduled_us < :hi "
-        "AND f.scheduled_us >= COALESCE((SELECT g.scheduled_us FROM fires g WHERE g.tenant_id = :tenant_id "
+        "JOIN fires f INDEXED BY fires_by_trigger ON f.tenant_id = :tenant_id AND f.trigger_id = t.id "
+        "AND f.scheduled_us < :hi AND f.scheduled_us >= COALESCE((SELECT g.scheduled_us "
+        "  FROM fires g INDEXED BY fires_by_trigger WHERE g.tenant_id = :tenant_id "
         "  AND g.trigger_id = t.id AND g.scheduled_us < :hi ORDER BY g.scheduled_us DESC, g.seq DESC "
         "  LIMIT 1 OFFSET :skip), :low)"
     ),

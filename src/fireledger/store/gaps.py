@@ -60,11 +60,12 @@ GAP_QUERIES: dict[str, str] = {
         "AND current_version = :expected_version AND COALESCE(paused_us, :none) = :point_us"
     ),
     "gp_last_catch_up": (
-        "SELECT decided_us FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT decided_us FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND kind = 'catch-up' ORDER BY scheduled_us DESC, seq DESC LIMIT 1"
     ),
     "gp_plan_fires": (
-        f"SELECT {_F} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        f"SELECT {_F} FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us <= :decided_us AND decided_us = :decided_us AND kind IN ('scheduled', 'catch-up') "
         "ORDER BY scheduled_us, seq"
     ),

@@ -8,8 +8,9 @@ Contracts:
 
 * Ranges are half-open on the scheduled instant: ``from_us <= scheduled_us < to_us``.
 * Pages are keyset-paged: per trigger by ``(scheduled_us, seq)``, per tenant by
-  ``(scheduled_us, trigger_id, seq)``, ascending or descending. The per-trigger range is the
-  primary key; the per-tenant range is index ``fires_by_tenant_instant`` (migration 0005).
+  ``(scheduled_us, trigger_id, seq)``, ascending or descending. The per-tenant range is the
+  primary key (tenant, instant, trigger, seq; migration 0021); the per-trigger range is index
+  ``fires_by_trigger`` (named with ``INDEXED BY`` on SQLite, decision 0210).
 * The paging signal (:meth:`SqlHistory.due_waiting_by_partition`) counts, per partition, due-index
   rows whose instant has passed (not yet decided: the timing plane) and fires never attempted whose
   dispatch time has passed (decided, not dispatched: the dispatch plane). Retries of a fire already
@@ -41,7 +42,7 @@ _LOW = -(2**62)
 _HIGH = 2**62
 
 _TRIGGER_RANGE = (
-    f"SELECT {_F} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+    f"SELECT {_F} FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
     "AND scheduled_us >= :lo AND scheduled_us < :hi AND state IN ({states}) "
 )
 _TENANT_RANGE = (
@@ -68,12 +69,13 @@ HISTORY_QUERIES: dict[str, str] = {
         "ORDER BY a.tenant_id, a.trigger_id, a.scheduled_us, a.seq, a.attempt"
     ),
     "hist_lateness": (
-        "SELECT dispatched_us - scheduled_us FROM fires WHERE tenant_id = :tenant_id "
+        "SELECT dispatched_us - scheduled_us FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id "
         "AND trigger_id = :trigger_id AND scheduled_us >= :lo AND scheduled_us < :hi "
         "AND dispatched_us IS NOT NULL ORDER BY scheduled_us DESC, seq DESC LIMIT :cap"
     ),
     "hist_trigger_state_counts": (
-        "SELECT state, COUNT(*) FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT state, COUNT(*) FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us >= :lo AND scheduled_us < :hi GROUP BY state"
     ),
     "hist_tenant_state_counts": (
@@ -81,7 +83,7 @@ HISTORY_QUERIES: dict[str, str] = {
         "AND scheduled_us >= :lo AND scheduled_us < :hi GROUP BY state"
     ),
     "hist_recent_states": (
-        "SELECT state FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        "SELECT state FROM fires INDEXED BY fires_by_trigger WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us < :hi ORDER BY scheduled_us DESC, seq DESC LIMIT :n"
     ),
     "hist_ops_triggers": (

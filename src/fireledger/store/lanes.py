@@ -6,8 +6,8 @@ extended by :class:`~fireledger.store.dispatch.SqlDispatch`).
 * The due age of a lane is one index-ordered ``LIMIT 1`` over ``fires_never_attempted`` (a partial
   index of pending fires never attempted, by lane and dispatch time: migration 0017), so a scrape
   costs three index probes whatever the backlog.
-* Delivery counts are read per tenant over a window of scheduled instants (index
-  ``fires_by_tenant_instant``, then each fire's attempts by primary key).
+* Delivery counts are read per tenant over a window of scheduled instants (the range of
+  the fires' primary key, then each fire's attempts by primary key; both lead with tenant and instant).
 """
 
 from __future__ import annotations

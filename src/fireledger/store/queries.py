@@ -1,7 +1,9 @@
 """Named SQL queries, shared by both engines (SQL as data).
 
 Placeholders are ``:name``; the PostgreSQL engine rewrites them to psycopg's ``%(name)s``. Where an
-engine needs different text, ``OVERRIDES[engine][name]`` replaces the shared query.
+engine needs different text, ``OVERRIDES[engine][name]`` replaces the shared query. A shared query
+may name the SQLite index it must read (``FROM fires INDEXED BY fires_by_trigger``): the PostgreSQL
+text leaves that clause out.
 """
 
 from __future__ import annotations
@@ -175,7 +177,8 @@ QUERIES: dict[str, str] = {
     ),
     # --- history --------------------------------------------------------------------------------
     "list_fires": (
-        f"SELECT {FIRE_COLS_EVIDENCE} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
+        f"SELECT {FIRE_COLS_EVIDENCE} FROM fires INDEXED BY fires_by_trigger "
+        "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND (scheduled_us > :after_us OR (scheduled_us = :after_us AND seq > :after_seq)) "
         "ORDER BY scheduled_us, seq LIMIT :limit"
     ),
@@ -183,10 +186,15 @@ QUERIES: dict[str, str] = {
         f"SELECT {FIRE_COLS_EVIDENCE} FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "AND scheduled_us = :scheduled_us AND seq = :seq"
     ),
+    # Attempts are keyed by tenant and instant (decision 0210): a trigger's are read through its
+    # fires (fires_by_trigger), one primary-key probe per fire, never by walking the tenant's attempts.
     "attempts_of_trigger_range": (
-        "SELECT scheduled_us, seq, attempt, started_us, finished_us, result, http_status, error, node "
-        "FROM attempts WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
-        "AND scheduled_us >= :from_us AND scheduled_us <= :to_us ORDER BY scheduled_us, seq, attempt"
+        "SELECT a.scheduled_us, a.seq, a.attempt, a.started_us, a.finished_us, a.result, a.http_status, "
+        "a.error, a.node FROM fires f INDEXED BY fires_by_trigger CROSS JOIN attempts a "
+        "WHERE f.tenant_id = :tenant_id AND f.trigger_id = :trigger_id "
+        "AND f.scheduled_us >= :from_us AND f.scheduled_us <= :to_us AND a.tenant_id = f.tenant_id "
+        "AND a.scheduled_us = +f.scheduled_us AND a.trigger_id = f.trigger_id AND a.seq = f.seq "
+        "ORDER BY a.scheduled_us, a.seq, a.attempt"
     ),
     "count_fires": "SELECT COUNT(*) FROM fires",
     "oldest_undelivered": "SELECT MIN(scheduled_us) FROM fires WHERE state IN ('pending', 'dispatching')",
@@ -211,6 +219,10 @@ OVERRIDES: dict[str, dict[str, str]] = {
 }
 
 _NAMED = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+#: SQLite's ``INDEXED BY <index>`` (a query that must read that index: SQLite keeps no statistics, and
+#: preparing the query fails if the index is gone); PostgreSQL's planner has statistics and no such
+#: clause, so its query text drops it.
+_INDEXED_BY = re.compile(r" INDEXED BY \w+")
 
 
 _AREAS: list[tuple[dict[str, str], dict[str, dict[str, str]]]] = []
@@ -236,5 +248,5 @@ def for_engine(engine: str) -> dict[str, str]:
         merged.update(area)
         merged.update(area_overrides.get(engine, {}))
     if engine == "postgres":
-        return {k: in_style(engine, v) for k, v in merged.items()}
+        return {k: in_style(engine, _INDEXED_BY.sub("", v)) for k, v in merged.items()}
     return merged

@@ -30,7 +30,7 @@ def _dead_letters(contains: str) -> str:
     """The dead-letter page query; ``contains`` is the engine's substring test (``instr`` on SQLite,
     ``strpos`` on PostgreSQL): both are case-sensitive and take the text literally."""
     return (
-        f"SELECT {queries.FIRE_COLS_EVIDENCE} FROM fires WHERE tenant_id = :tenant_id "
+        f"SELECT {queries.FIRE_COLS_EVIDENCE} FROM fires INDEXED BY fires_dead_letters WHERE tenant_id = :tenant_id "
         "AND state IN ('failed', 'unknown') "
         "AND (CAST(:trigger_id AS TEXT) IS NULL OR trigger_id = :trigger_id) "
         "AND scheduled_us >= :from_us AND scheduled_us < :to_us "

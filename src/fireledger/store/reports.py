@@ -2,7 +2,8 @@
 
 * :meth:`SqlHistory.smear_rows` — a tenant's *on-time scheduled* fires over a window of scheduled
   instants (those jitter smearing applies to), keyset-paged by (scheduled instant, trigger, seq) over
-  index ``fires_by_tenant_instant``: trigger, version, scheduled instant, sequence and first dispatch.
+  the fires' primary key (tenant, instant, trigger, seq): trigger, version, scheduled instant, sequence
+  and first dispatch.
   Fires withheld (``skipped``, ``expired``) are left out: they were never going to be dispatched.
 * :meth:`SqlRegistry.version_jitter_s` — a version's smearing window (its policies).
 

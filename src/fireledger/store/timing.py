@@ -31,7 +31,8 @@ from .overlap import update_params
 # The tzdata version of each trigger's latest decided instant (scheduled / catch-up fires; manual and
 # backfill fires do not move the recurrence), for ids given as [[tenant_id, trigger_id], ...]: one
 # statement, one primary-key probe per trigger (decision 0162).
-_LATEST_TZ = ("SELECT {t}, (SELECT f.tzdata_version FROM fires f WHERE f.tenant_id = {a} AND f.trigger_id = {t} "
+_LATEST_TZ = ("SELECT {t}, (SELECT f.tzdata_version FROM fires f INDEXED BY fires_by_trigger "
+              "WHERE f.tenant_id = {a} AND f.trigger_id = {t} "
               "AND f.kind IN ('scheduled', 'catch-up') ORDER BY f.scheduled_us DESC, f.seq DESC LIMIT 1) "
               "FROM {each}")
 queries.register(

@@ -47,6 +47,9 @@ from .core import Area
 from .engine import Engine, StoreError
 from .verifications import TargetVerifications
 
+#: A trigger's fires (decision 0210: the table is keyed by tenant and instant).
+_BY_TRIGGER = "fires INDEXED BY fires_by_trigger"
+
 #: The migration that keys the chain; applying it seals any unkeyed rows (:meth:`SqlTrust.seal_legacy_audit`).
 AUDIT_KEYED_MIGRATION = 11
 DAY_US = 86_400_000_000
@@ -128,16 +131,21 @@ TRUST_QUERIES: dict[str, str] = {
     "trust_triggers_of_tenant": "SELECT id FROM triggers WHERE tenant_id = :tenant_id ORDER BY id",
     "trust_count_fires_into": (
         "INSERT INTO fire_counts (tenant_id, day, state, n) "
-        "SELECT tenant_id, scheduled_us / 86400000000, state, COUNT(*) FROM fires "
+        "SELECT tenant_id, scheduled_us / 86400000000, state, COUNT(*) FROM fires INDEXED BY fires_by_trigger "
         "WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id "
         "GROUP BY tenant_id, scheduled_us / 86400000000, state "
         "ON CONFLICT (tenant_id, day, state) DO UPDATE SET n = fire_counts.n + excluded.n"
     ),
-    "trust_purge_attempts": "DELETE FROM attempts WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id",
+    # Attempts are keyed by tenant and instant (decision 0210): a trigger's are found through its fires
+    # (purged after them), never by walking the tenant's attempts.
+    "trust_purge_attempts": (
+        "DELETE FROM attempts WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id AND scheduled_us IN ("
+        f"SELECT scheduled_us FROM {_BY_TRIGGER} WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id)"
+    ),
     "trust_purge_outcomes": (
         "DELETE FROM work_outcomes WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id"
     ),
-    "trust_purge_fires": "DELETE FROM fires WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id",
+    "trust_purge_fires": f"DELETE FROM {_BY_TRIGGER} WHERE tenant_id = :tenant_id AND trigger_id = :trigger_id",
     "trust_scrub_tenant": (
         "UPDATE tenants SET name = id, wrapped_key = NULL, purged_us = :now_us WHERE id = :id"
     ),

@@ -48,7 +48,7 @@ class HistoryStore(Protocol):
         same fire (proven duplicates: the receiver acknowledged the key twice); how many attempts of
         a delivered fire, other than its last, ended without the ledger learning the receiver's
         answer (result ``unknown`` or none: possible duplicates). One read transaction; cost
-        bounded by the window (index ``fires_by_tenant_instant``, attempts by key)."""
+        bounded by the window (the fires' and attempts' keys lead with tenant and instant)."""
         ...
 
     def due_waiting_by_partition(self, now_us: int) -> dict[int, int]:
