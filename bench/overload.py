@@ -150,12 +150,14 @@ def one(topology: str, receiver_kind: str, url: str, tmp: Path, n: int, duration
 
 
 def scenario(tmp: Path, quick: bool, sizes: list[int] | None = None,
-             topologies: tuple[str, ...] | None = None) -> Iterator[dict[str, Any]]:
+             topologies: tuple[str, ...] | None = None, duration_s: int | None = None) -> Iterator[dict[str, Any]]:
     """Every (store, receiver, N) run of the scenario (see the module docstring), one line each, as
-    each run ends. One PostgreSQL server serves every PostgreSQL run (a fresh database each)."""
+    each run ends. One PostgreSQL server serves every PostgreSQL run (a fresh database each).
+    ``duration_s``: seconds of fires instead of the form's (60; quick 15)."""
     ns = sizes or ([300] if quick else [100, 300, 1000, 3000])
     topos = topologies or (("sqlite-serve", "postgres-serve") if quick else TOPOLOGIES)
-    duration_s, drain_s = (15, 5.0) if quick else (60, 10.0)
+    duration_s = duration_s or (15 if quick else 60)
+    drain_s = 5.0 if quick else 10.0
     with ExitStack() as stack:
         stores = Stores(tmp)
         stack.callback(stores.close)
