@@ -339,7 +339,6 @@ class Stores:
         if topology.startswith("sqlite"):
             db = self.tmp / f"{name}-{topology}-{time.monotonic_ns()}.db"
             return f"sqlite:///{db}", db
-        from e2e import cli
         from pgserver import pg_server_from_env
 
         if self._pg is None:
@@ -352,9 +351,7 @@ class Stores:
                         c.execute(f"ALTER SYSTEM SET {setting} = on")
                     c.execute("SELECT pg_reload_conf()")
         # PostgreSQL's test server takes a short identifier as the prefix (a unique suffix is added).
-        url = self._pg.new_database("fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28])
-        cli("db", "upgrade", "--db", url)
-        return url, None
+        return migrated_database(self._pg, "fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28]), None
 
     def pg_settings(self) -> dict[str, str] | None:
         """The PostgreSQL server's durability settings as it runs them (None before it started)."""
@@ -368,6 +365,26 @@ class Stores:
 
     def close(self) -> None:
         self._stack.close()
+
+
+_TEMPLATES: dict[str, str] = {}   # server URL → its template database
+
+
+def migrated_database(server: Any, prefix: str) -> str:
+    """The URL of a new database on ``server`` (``tests/pgserver.py``) with the schema at head: a copy
+    of a template database that ``fireledger db upgrade`` migrated once per server. Upgrading each
+    fresh database took seconds of set-up per run (a subprocess, every migration, fsync on); a copy
+    is one ``CREATE DATABASE … TEMPLATE`` (decision 0214)."""
+    import psycopg
+
+    from e2e import cli
+
+    tmpl = _TEMPLATES.get(server.url)
+    if tmpl is None:
+        url = server.new_database("fl_bench_template")
+        cli("db", "upgrade", "--db", url)   # its own process: no connection to the template stays open
+        tmpl = _TEMPLATES[server.url] = str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
+    return str(server.new_database(prefix, template=tmpl))
 
 
 def failed_line(scenario: str, topology: str, n: int, exc: BaseException, **extra: Any) -> dict[str, Any]:

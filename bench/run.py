@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import BENCH, Deadline, Sink, cpu_s, emit, machine, ratios, say, tee, timed, walled
-from forms import STEADY_TARGET, Form, add_flags, form_of
+from forms import QUICK_SKIP, STEADY_TARGET, Form, add_flags, form_of
 
 ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "cost", "scale-out", "profile",
        "components")
@@ -117,6 +117,9 @@ def burst(sink: Sink, tmp: Path, form: Form, systems: set[str] | None, dl: Deadl
         for peer in peers.PEERS:
             if systems is not None and peer.system not in systems:
                 continue
+            if peer.system in form.skip_peers:
+                lines.append(peers.skipped(name, peer, QUICK_SKIP, n))
+                continue
             est = n * peer.setup_s_per_job
             if est > form.peer_setup_cap_s:
                 lines.append(peers.skipped(name, peer, f"adding {n} schedules alone would take ~{est:.0f}s "
@@ -153,9 +156,10 @@ def _steady_runners(sink: Sink, tmp: Path, form: Form,
                         form.steady_rates))
     for peer in peers.PEERS:
         if systems is None or peer.system in systems:
-            runners.append((peer.system, lambda name, r, d, dr, p=peer: peers.steady(p, sink, tmp, name, r, d,
-                                                                                     drain_s=dr),
-                            form.steady_peer_rates))
+            run: Any = (lambda name, r, d, dr, p=peer: peers.skipped(name, p, QUICK_SKIP, r * d)) \
+                if peer.system in form.skip_peers else \
+                (lambda name, r, d, dr, p=peer: peers.steady(p, sink, tmp, name, r, d, drain_s=dr))
+            runners.append((peer.system, run, form.steady_peer_rates))
     return runners
 
 
@@ -337,6 +341,17 @@ def _run_group(group: str, ctx: dict[str, Any]) -> None:
             emit(line)
 
 
+def _one_pass(scenario: Any, *args: Any) -> Any:
+    """The lines of a scenario that measures in one pass and returns them together: each carries the
+    pass's wall time (``scenario_wall_s``; decision 0217)."""
+    t0 = time.monotonic()
+    lines = scenario(*args)
+    wall = round(time.monotonic() - t0, 1)
+    for line in lines:
+        line.setdefault("scenario_wall_s", wall)
+        yield line
+
+
 def _lines(group: str, ctx: dict[str, Any]) -> Any:
     """The lines of a group whose scenario module yields one line per run."""
     form: Form = ctx["form"]
@@ -344,11 +359,11 @@ def _lines(group: str, ctx: dict[str, Any]) -> Any:
     if group == "commit":
         import commit
 
-        return iter(commit.scenario(tmp, form.commit_n))
+        return _one_pass(commit.scenario, tmp, form.commit_n)
     if group == "scale":
         import scale
 
-        return iter(scale.scenario(tmp, form.scale_n))
+        return _one_pass(scale.scenario, tmp, form.scale_n)
     if group == "overload":
         import overload
 
@@ -360,6 +375,18 @@ def _lines(group: str, ctx: dict[str, Any]) -> Any:
 
     return scaleout.scenario(tmp, form.quick, sink=ctx["sink"], dispatchers=form.scale_out_dispatchers,
                              serve=scaleout.SERVE_TOPOLOGIES if form.scale_out_serve else (), m=form.scale_out_m)
+
+
+def _commit() -> str | None:
+    """The tree the run measured: ``git describe``-style short commit, ``+dirty`` when changed."""
+    try:
+        head = subprocess.run(["git", "-C", str(BENCH), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(BENCH), "status", "--porcelain", "--", "../src", "."],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 def main() -> int:
@@ -385,6 +412,7 @@ def main() -> int:
         ap.error(f"--overload-topologies: choose from {', '.join(overload.TOPOLOGIES)}")
     tee(a.out)
     t0 = time.monotonic()
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     walls: dict[str, float] = {}
     order = [g for g in ALL if g in only]
     say(f"start: {'quick' if form.quick else 'full'} run of {', '.join(order)}")
@@ -401,7 +429,9 @@ def main() -> int:
             sink.close()
     total = round(time.monotonic() - t0, 1)
     emit({"scenario": "bench-run", "system": "bench", "form": "quick" if form.quick else "full",
-          "groups": order, "group_wall_s": walls, "scenario_wall_s": total, "argv": sys.argv[1:], **machine()})
+          "groups": order, "group_wall_s": walls, "scenario_wall_s": total, "argv": sys.argv[1:],
+          "started_utc": started, "finished_utc": time.strftime("%H:%M", time.gmtime()), "commit": _commit(),
+          **machine()})
     say(f"done in {total:.0f}s")
     tee(None)
     return 0
