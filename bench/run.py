@@ -4,7 +4,12 @@ APScheduler 4.0 alpha memory / SQLite data stores) on the same workloads, in the
 the same sink (``bench/sink.py``, its own process). One JSON object per line on stdout, per
 scenario and system; progress on stderr. See docs/performance.md.
 
-    .venv/bin/python bench/run.py [--quick] [--only burst,steady,...] [--profile]
+    .venv/bin/python bench/run.py [--quick] [--only burst,steady,...] [--profile] [--out FILE]
+    .venv/bin/python bench/report.py < FILE > docs/performance-results.md     # the tables (make bench-report)
+
+The sizes of both forms, the flags that lower one of them and each group's total deadline are in
+``bench/forms.py``; every line carries ``scenario_wall_s`` and the run ends with a ``bench-run`` line
+(decisions 0214–0217). The quick form leaves APScheduler 4 SQLite out (a ``skipped`` line says why).
 
 Scenarios (``--quick`` forms in brackets):
 
@@ -156,7 +161,8 @@ def _steady_runners(sink: Sink, tmp: Path, form: Form,
                         form.steady_rates))
     for peer in peers.PEERS:
         if systems is None or peer.system in systems:
-            run: Any = (lambda name, r, d, dr, p=peer: peers.skipped(name, p, QUICK_SKIP, r * d)) \
+            run: Any = (lambda name, r, d, dr, p=peer: {**peers.skipped(name, p, QUICK_SKIP, r * d), "rate": r,
+                                                        "duration_s": d}) \
                 if peer.system in form.skip_peers else \
                 (lambda name, r, d, dr, p=peer: peers.steady(p, sink, tmp, name, r, d, drain_s=dr))
             runners.append((peer.system, run, form.steady_peer_rates))
@@ -214,7 +220,7 @@ def _steady_max(system: str, top: dict[str, Any] | None, lines: list[dict[str, A
                                      "duration_s")}
     return {"scenario": "steady-max", "system": system, **out, "max_rate": top["rate"] if top else 0,
             "max_rate_over_s": top["duration_s"] if top else None,
-            "runs": [[x["rate"], x["duration_s"], x["sustained"]] for x in lines],
+            "runs": [[x.get("rate"), x.get("duration_s"), x["sustained"]] for x in lines],
             "target_rate": STEADY_TARGET,
             "target_met": bool(top and top["rate"] >= STEADY_TARGET and top["duration_s"] >= 60),
             "scenario_wall_s": round(sum(x.get("scenario_wall_s") or 0 for x in lines), 1), **machine()}

@@ -129,24 +129,30 @@ def _burst_at(by_system: dict[str, dict[str, Any]], n: int, at: str) -> list[Ver
 
 
 def steady(lines: list[dict[str, Any]]) -> list[Verdict]:
-    """Goal 3: the highest rate held 60 s with p99 ≤ 1 s and nothing missed, ≥ 2,500/s (stretch 5,800)."""
+    """Goal 3: the highest rate held 60 s with p99 ≤ 1 s and nothing missed, ≥ 2,500/s (stretch 5,800).
+    Met only by a 60 s run; missed when a 60 s run below 2,500 is the best, or when the runs stopped
+    below 2,500 at a failure (the ladder goes no higher: a higher rate would only be worse)."""
     target = f"steady: ≥ {STEADY_RATE:,} fires/s held 60 s, p99 ≤ 1 s, nothing missed (stretch {STEADY_STRETCH:,})"
-    runs = [x for x in find(lines, lambda s: s.startswith("steady-") and s[7:].isdigit(), FL)]
-    confirmed = [x for x in runs if x.get("sustained") and (x.get("duration_s") or 0) >= 60]
-    best = max((x["rate"] for x in confirmed), default=None)
-    tried_high = [x for x in runs if (x.get("rate") or 0) >= STEADY_RATE]
-    passed_any = max((x["rate"] for x in runs if x.get("sustained")), default=None)
-    if best is not None and best >= STEADY_RATE:
-        out = [Verdict("15.3", target, f"{best:,}/s for 60 s" + (" (stretch met)" if best >= STEADY_STRETCH else ""),
-                       MET)]
-    elif best is not None or (tried_high and not any(x.get("sustained") for x in tried_high)):
-        short = [f"{x['rate']:,}/s × {x['duration_s']} s: {x.get('delivered') or 0:,}/{x.get('n') or 0:,}, "
-                 f"p99 {fmt_s(x.get('lateness_p99_s'))}" for x in tried_high[:2]]
-        fig = (f"{best:,}/s held 60 s" if best is not None else f"best sustained {passed_any or 0:,}/s "
-               f"(runs of {runs[0]['duration_s']} s)") + ("; " + "; ".join(short) if short else "")
-        out = [Verdict("15.3", target, fig, MISSED)]
+    runs = find(lines, lambda s: s.startswith("steady-") and s[7:].isdigit(), FL)
+    confirmed = [x["rate"] for x in runs if x.get("sustained") and (x.get("duration_s") or 0) >= 60]
+    best60 = max(confirmed, default=None)
+    best_any = max((x["rate"] for x in runs if x.get("sustained")), default=0)
+    failed = sorted(x["rate"] for x in runs if not x.get("sustained"))
+    out: list[Verdict] = []
+    if best60 is not None and best60 >= STEADY_RATE:
+        stretch = " (stretch met)" if best60 >= STEADY_STRETCH else ""
+        out.append(Verdict("15.3", target, f"{best60:,}/s for 60 s{stretch}", MET))
+    elif runs and (best60 is not None or failed) and best_any < STEADY_RATE:
+        worst = next(x for x in runs if not x.get("sustained")) if failed else None
+        fig = (f"{best60:,}/s held 60 s" if best60 is not None else
+               f"best sustained {best_any:,}/s in {runs[0].get('duration_s')} s runs")
+        if worst is not None:
+            fig += (f"; {worst['rate']:,}/s × {worst.get('duration_s')} s: {worst.get('delivered') or 0:,}/"
+                    f"{worst.get('n') or 0:,} delivered, p99 {fmt_s(worst.get('lateness_p99_s'))}")
+        out.append(Verdict("15.3", target, fig, MISSED))
     else:
-        out = [Verdict("15.3", target, "no steady run at ≥ 2,500/s" if runs else "no steady line", NOT_MEASURED)]
+        fig = f"best sustained {best_any:,}/s, no 60 s run at ≥ {STEADY_RATE:,}/s" if runs else "no steady line"
+        out.append(Verdict("15.3", target, fig, NOT_MEASURED))
     out.append(Verdict("15.3", "steady on PostgreSQL split planes: ≥ 2,500 fires/s held 60 s",
                        "no bench scenario runs steady on PostgreSQL split planes", NOT_MEASURED))
     return out

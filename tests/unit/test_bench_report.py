@@ -132,6 +132,29 @@ def test_the_45000_burst_is_not_measured_in_quick_and_judged_when_present():
     assert cut.status == targets.MISSED and "timed_out" in cut.figure
 
 
+def test_steady_is_met_only_by_a_60s_run_at_the_rate_and_missed_when_the_ladder_stops_below_it():
+    lines = sample()
+    runs = [x for x in lines if x["scenario"].startswith("steady-") and x["scenario"][7:].isdigit()
+            and x["system"] == targets.FL]
+    assert runs
+    base = runs[0]
+    others = [x for x in lines if x not in runs]
+
+    def run(rate: int, duration: int, sustained: bool) -> dict:
+        return {**copy.deepcopy(base), "scenario": f"steady-{rate}", "rate": rate, "duration_s": duration,
+                "sustained": sustained}
+
+    confirmed = [run(1000, 5, True), run(3000, 5, True), run(3000, 60, True)]
+    assert verdict([*others, *confirmed], "steady: ≥").status == targets.MET
+    short = [run(1000, 5, True), run(3000, 5, True)]   # no confirming run: nothing held 60 s
+    assert verdict([*others, *short], "steady: ≥").status == targets.NOT_MEASURED
+    stopped = [run(1000, 5, True), run(2000, 5, False)]   # the ladder stopped below 2,500
+    assert verdict([*others, *stopped], "steady: ≥").status == targets.MISSED
+    held_low = [run(2000, 5, True), run(3000, 5, False), run(2000, 60, True)]
+    got = verdict([*others, *held_low], "steady: ≥")
+    assert got.status == targets.MISSED and "2,000/s held 60 s" in got.figure
+
+
 def test_overload_needs_every_fire_and_p99_within_1s_and_the_size_the_target_names():
     lines = sample()
     rows = [x for x in lines if x["scenario"] == "tenant-overload" and x["receiver"] == "stdlib-http-server"
