@@ -69,7 +69,7 @@ def note(line: dict[str, Any]) -> str:
 def vs(line: dict[str, Any]) -> str:
     """A peer's ratios to fireledger: fires/s and p99 (peer ÷ fireledger)."""
     r = line.get("vs_fireledger")
-    if not r:
+    if not r or (r.get("fires_per_s") is None and r.get("lateness_p99_s") is None):
         return "—"
     return f"{num(r.get('fires_per_s'), 2)}× / {num(r.get('lateness_p99_s'), 2)}×"
 
@@ -137,10 +137,11 @@ def commit_scale_tables(lines: list[dict[str, Any]]) -> list[str]:
     if commits:
         rows = [[x["system"], num(x.get("n")), num(x.get("fires_per_s")), num(x.get("raw_execute_per_s")),
                  num(x.get("raw_executemany_per_s")), num(x.get("ratio_to_raw"), 2),
-                 num(x.get("timing_plane_cpu_us_per_fire"), 1), note(x)] for x in commits]
+                 num(x.get("timing_plane_cpu_us_per_fire"), 1), num(x.get("scenario_wall_s"), 0), note(x)]
+                for x in commits]
         out += ["### Commit path: the timing plane vs the raw batched store rate", ""]
         out += table(["engine", "N", "timing plane/s", "raw execute/s", "raw executemany/s", "ratio",
-                      "CPU-µs per fire", "note"], rows)
+                      "CPU-µs per fire", "wall s (both engines)", "note"], rows)
     for x in find(lines, lambda s: s.startswith("scale-") and s[6:].isdigit()):
         lt = x.get("live_triggers") or {}
         out += [f"### Scale: {num(lt.get('large'))} live triggers against {num(lt.get('small'))}", ""]
@@ -151,9 +152,10 @@ def commit_scale_tables(lines: list[dict[str, Any]]) -> list[str]:
     punct = find(lines, "punctuality")
     if punct:
         out += ["### Punctuality: 50 triggers every 1 s", ""]
-        out += table(["system", "for", "delivered", "p50", "p99", "max", "note"],
+        out += table(["system", "for", "delivered", "p50", "p99", "max", "wall s", "note"],
                      [[x["system"], f"{x.get('duration_s')} s", delivered(x), fmt_s(x.get("lateness_p50_s")),
-                       fmt_s(x.get("lateness_p99_s")), fmt_s(x.get("lateness_max_s")), note(x)] for x in punct])
+                       fmt_s(x.get("lateness_p99_s")), fmt_s(x.get("lateness_max_s")),
+                       num(x.get("scenario_wall_s"), 0), note(x)] for x in punct])
     sink = find(lines, "sink-capacity")
     if sink:
         x = sink[0]
@@ -185,12 +187,12 @@ def cost_table(lines: list[dict[str, Any]]) -> list[str]:
                      num(x.get("cpu_us_per_fire"), 0), planes, num(x.get("cpu_us_per_fire_postgres"), 0),
                      num(x.get("statements_per_fire"), 1), num(x.get("wal_bytes_per_fire"), 0),
                      f"${pm['usd']:.2f}" if pm.get("usd") is not None else "—", num(pm.get("vs_seed_target"), 2),
-                     num(x.get("keeping_up")), note(x)])
+                     num(x.get("keeping_up")), num(x.get("scenario_wall_s"), 0), note(x)])
     if not rows:
         return []
     return ["### Cost per fire (CPU-µs per delivered fire; a million fires priced at decision 0199's rates)", "",
             *table(["topology", "load", "CPU-µs/fire", "by plane", "PostgreSQL server", "statements/fire",
-                    "WAL B/fire", "$ per million", "÷ $0.60", "keeping up", "note"], rows)]
+                    "WAL B/fire", "$ per million", "÷ $0.60", "keeping up", "wall s", "note"], rows)]
 
 
 def scale_out_table(lines: list[dict[str, Any]]) -> list[str]:
