@@ -37,6 +37,8 @@ class Form:
     #: seconds of the confirming run at the best probe (None: the probes are the result: quick)
     steady_confirm_s: int | None = 60
     commit_n: int = 20_000
+    #: interleaved rounds of the commit scenario (best of each side)
+    commit_rounds: int = 3
     scale_n: int = 1_000_000
     punctuality_s: int = 20
     punctuality_peers: bool = True
@@ -60,8 +62,9 @@ class Form:
 QUICK = Form(
     quick=True, sink_n=10_000, burst_sizes=(2000,), peer_setup_cap_s=30, skip_peers=("apscheduler4-sqlite",),
     steady_rates=(1000, 3000),
-    steady_peer_rates=(1000,), steady_probe_s=10, steady_confirm_s=None, commit_n=5000, scale_n=100_000,
-    punctuality_s=5, punctuality_peers=False, overload_sizes=(300,), overload_duration_s=15, scale_out_m=3000,
+    steady_peer_rates=(1000,), steady_probe_s=10, steady_confirm_s=None, commit_n=5000, commit_rounds=2,
+    scale_n=100_000,
+    punctuality_s=5, punctuality_peers=False, overload_sizes=(300,), overload_duration_s=10, scale_out_m=3000,
     scale_out_dispatchers=(1, 2), scale_out_serve=False,
     deadlines={"sink": 60, "burst": 150, "steady": 150, "commit": 90, "scale": 120, "punctuality": 60,
                "overload": 240, "cost": 150, "scale-out": 180, "profile": 180, "components": 300})

@@ -18,7 +18,7 @@ the start of the window to the last one). Decision 0031 (and 0120) says the quot
 work is served from capacity left over, so on an idle plane every fire is delivered.
 
 Full: N ∈ {100, 300, 1000, 3000}, D = 60 s, every store × receiver; ``--quick``: N = 300 on
-``sqlite-serve`` and ``postgres-serve`` (both receivers), D = 15 s.
+``sqlite-serve`` and ``postgres-serve`` (both receivers), D = 10 s (``bench/forms.py``; decision 0214).
 """
 
 from __future__ import annotations
@@ -159,10 +159,10 @@ def scenario(tmp: Path, quick: bool, sizes: list[int] | None = None,
              topologies: tuple[str, ...] | None = None, duration_s: int | None = None) -> Iterator[dict[str, Any]]:
     """Every (store, receiver, N) run of the scenario (see the module docstring), one line each, as
     each run ends. One PostgreSQL server serves every PostgreSQL run (a fresh database each).
-    ``duration_s``: seconds of fires instead of the form's (60; quick 15)."""
+    ``duration_s``: seconds of fires instead of the form's (60; quick 10)."""
     ns = sizes or ([300] if quick else [100, 300, 1000, 3000])
     topos = topologies or (("sqlite-serve", "postgres-serve") if quick else TOPOLOGIES)
-    duration_s = duration_s or (15 if quick else 60)
+    duration_s = duration_s or (10 if quick else 60)
     drain_s = 5.0 if quick else 10.0
     with ExitStack() as stack:
         stores = Stores(tmp)

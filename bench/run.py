@@ -28,7 +28,7 @@ Scenarios (``--quick`` forms in brackets):
 * ``tenant-overload`` one tenant at its default quota (100 fires/s), N = 100, 300, 1,000, 3,000 triggers
   of 1 s for 60 s on SQLite ``serve``, PostgreSQL ``serve`` and PostgreSQL split planes (control + 2
   dispatch + 1 timing), against the bench sink and a standard-library ``ThreadingHTTPServer``
-  (default backlog) [N = 300 on both ``serve`` forms, 15 s] (``bench/overload.py``; group ``overload``);
+  (default backlog) [N = 300 on both ``serve`` forms, 10 s] (``bench/overload.py``; group ``overload``);
 * ``cost``           CPU-µs per delivered fire per plane and store work per fire (statements, rows
   written, WAL bytes), priced per million fires: 1,000 fires/s for 10 s [5 s] on SQLite and
   PostgreSQL, ``serve`` and split planes (``bench/cost.py``);
@@ -365,7 +365,7 @@ def _lines(group: str, ctx: dict[str, Any]) -> Any:
     if group == "commit":
         import commit
 
-        return _one_pass(commit.scenario, tmp, form.commit_n)
+        return _one_pass(commit.scenario, tmp, form.commit_n, form.commit_rounds)
     if group == "scale":
         import scale
 
