@@ -109,7 +109,7 @@ def _events(cmd: list[str], err_path: Path, timeout_s: float) -> tuple[dict[str,
 def _run(peer: Peer, sink: Sink, tmp: Path, scenario: str, args: list[str], *, n: int, t0_us: int,
          window: tuple[int, int], end_us: int) -> dict[str, Any]:
     sink.clear()
-    db = tmp / f"{peer.system}-{scenario}.db"
+    db = tmp / f"{peer.system}-{scenario}-{time.monotonic_ns()}.db"   # a retry must not find the killed run's jobs
     cmd = [str(peer.python()), str(BENCH / peer.runner), "--sink", sink.url, "--store", peer.store,
            "--db", str(db), "--end-at-us", str(end_us), *args]
     events, err, returncode = _events(cmd, tmp / f"{peer.system}-{scenario}.err",

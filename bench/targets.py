@@ -145,7 +145,8 @@ def steady(lines: list[dict[str, Any]]) -> list[Verdict]:
     elif runs and (best60 is not None or failed) and best_any < STEADY_RATE:
         worst = next(x for x in runs if not x.get("sustained")) if failed else None
         fig = (f"{best60:,}/s held 60 s" if best60 is not None else
-               f"best sustained {best_any:,}/s in {runs[0].get('duration_s')} s runs")
+               f"best sustained {best_any:,}/s in {runs[0].get('duration_s')} s runs" if best_any else
+               f"no {runs[0].get('duration_s')} s run sustained")
         if worst is not None:
             fig += (f"; {worst['rate']:,}/s × {worst.get('duration_s')} s: {worst.get('delivered') or 0:,}/"
                     f"{worst.get('n') or 0:,} delivered, p99 {fmt_s(worst.get('lateness_p99_s'))}")
@@ -198,7 +199,8 @@ def cost(lines: list[dict[str, Any]]) -> list[Verdict]:
     cpu_ok = all(v is not None and v <= CPU_US_PER_FIRE for _, v in cpu)
     usd_ok = all(v is not None and v <= USD_PER_MILLION for _, v in usd)
     return [Verdict("15.4", f"cost: ≤ {CPU_US_PER_FIRE:.0f} CPU-µs per delivered fire, all planes",
-                    "; ".join(f"{t} {v if v is not None else '—'}" for t, v in cpu), MET if cpu_ok else MISSED),
+                    "; ".join(f"{t} {v:,.0f}" if v is not None else f"{t} —" for t, v in cpu) + " CPU-µs per fire",
+                    MET if cpu_ok else MISSED),
             Verdict("15.4", f"cost: ≤ ${USD_PER_MILLION:.2f} per million fires (decision 0199's prices)",
                     "; ".join(f"{t} ${v:.2f}" if v is not None else f"{t} —" for t, v in usd),
                     MET if usd_ok else MISSED)]
