@@ -225,6 +225,11 @@ def render(lines: list[dict[str, Any]]) -> str:
     out += ["Regenerate: `make bench-report` (= `bench/report.py < bench/results/latest.jsonl > "
             "docs/performance-results.md`). Method, scenarios and keys: docs/performance.md.", ""]
     out += targets_table(all_targets(lines))
+    broken = [x for x in lines if x.get("error") or x.get("timed_out")]
+    if broken:
+        out += ["Lines that failed or were cut at a deadline (their figures are absent or partial):", ""]
+        out += [f"* `{x['scenario']}` {x.get('system')}: {str(x.get('error') or x.get('timed_out'))[:200]}"
+                for x in broken] + [""]
     out += ["## Scenarios", ""]
     for part in (burst_tables, steady_tables, overload_table, cost_table, scale_out_table, commit_scale_tables):
         out += part(lines)

@@ -54,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -428,7 +429,13 @@ def main() -> int:
         try:
             for group in order:
                 g0 = time.monotonic()
-                _run_group(group, ctx)
+                try:
+                    _run_group(group, ctx)
+                except Exception as exc:   # one broken group must not stop the run (decision 0215)
+                    say(f"{group}: failed: {type(exc).__name__}: {exc}")
+                    emit({"scenario": group, "system": "bench", "n": None, "delivered": None,
+                          "error": f"the group failed: {type(exc).__name__}: {exc}"[:500],
+                          "traceback": traceback.format_exc()[-2000:], **machine()})
                 walls[group] = round(time.monotonic() - g0, 1)
                 say(f"{group}: {walls[group]:.0f}s")
         finally:

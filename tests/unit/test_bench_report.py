@@ -244,3 +244,13 @@ def test_a_failed_peer_run_is_shown_with_its_error_and_decides_nothing():
     text = report.render(lines)
     assert "error: runner failed (exit 1): ConflictingIdError" in text
     assert verdict(lines, "10,000: p99 ≥ 4×").status == targets.NOT_MEASURED
+
+
+def test_failed_and_cut_lines_are_listed_under_the_targets():
+    lines = sample()
+    assert "Lines that failed" not in report.render(lines)
+    lines.append({"scenario": "overload", "system": "bench", "error": "the group failed: RuntimeError: x"})
+    lines.append(benchkit.Deadline("burst", 0).line("burst-45000", "apscheduler3-sqlite", 45_000))
+    text = report.render(lines)
+    assert "* `overload` bench: the group failed: RuntimeError: x" in text
+    assert "* `burst-45000` apscheduler3-sqlite: the burst group's deadline (0 s) had passed; not run" in text
