@@ -1,9 +1,9 @@
 """``bench/report.py`` and ``bench/targets.py`` on real lines of a ``make bench ARGS=--quick`` run
-(``tests/unit/data/bench_quick_sample.jsonl``, recorded on the shared 2-core machine): every scenario
-gets its table with the peers and ratios, and each target's met / missed / not measured follows the
-bound it states — checked by moving one figure across the bound, not against hand-entered verdicts.
-Also the size forms and the group deadline of ``bench/run.py`` (``bench/forms.py``,
-``benchkit.Deadline``). No benchmark runs here."""
+(``tests/unit/data/bench_quick_sample.jsonl``, recorded on the shared 2-core machine at load
+average 2.7–4.1): every scenario gets its table with the peers and ratios, and each target's met /
+missed / not measured follows the bound it states — checked by moving one figure across the bound,
+not against hand-entered verdicts. Also the size forms and the group deadline of ``bench/run.py``
+(``bench/forms.py``, ``benchkit.Deadline``). No benchmark runs here."""
 
 from __future__ import annotations
 
