@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: venv run test lint typecheck bench falsify clean
+.PHONY: venv run test lint typecheck bench bench-report falsify clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -56,9 +56,14 @@ $(BENCH4)/.installed: bench/requirements-aps4.txt
 	@$(BENCH4)/bin/python -m pip install -q -r bench/requirements-aps4.txt >&2
 	@touch $(BENCH4)/.installed
 
+# The JSON lines go to stdout and to bench/results/latest.jsonl (gitignored); `make bench-report`
+# renders that file as docs/performance-results.md (tables, peers, ratios, the Targets table).
 bench: $(BENCH_STAMP) $(BENCH4)/.installed
 	@./scripts/ensure-postgres.sh >/dev/null || echo "bench: no PostgreSQL binaries; its commit line says skipped" >&2
-	@$(BIN)/python bench/run.py $(ARGS)
+	@$(BIN)/python bench/run.py --out bench/results/latest.jsonl $(ARGS)
+
+bench-report:
+	$(BIN)/python bench/report.py < bench/results/latest.jsonl > docs/performance-results.md
 
 falsify: $(STAMP)
 	./scripts/ensure-postgres.sh >/dev/null

@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,9 +39,49 @@ def say(msg: str) -> None:
     sys.stderr.flush()
 
 
+_TEE: Any = None
+
+
+def tee(path: Path | None) -> None:
+    """Also write every emitted line to ``path`` (truncated first; flushed per line, so a run that
+    stops half-way leaves the lines it produced): ``bench/run.py --out``."""
+    global _TEE
+    if _TEE is not None:
+        _TEE.close()
+        _TEE = None
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _TEE = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by the next tee(None)
+
+
 def emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, separators=(", ", ": ")) + "\n")
+    """One result line on stdout (and in the ``tee`` file)."""
+    text = json.dumps(obj, separators=(", ", ": ")) + "\n"
+    sys.stdout.write(text)
     sys.stdout.flush()
+    if _TEE is not None:
+        _TEE.write(text)
+        _TEE.flush()
+
+
+def timed(run: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``run(*args, **kwargs)``'s line with ``scenario_wall_s``: the wall seconds the run took, its
+    set-up and teardown included (what the run costs the bench, not what it measures)."""
+    t0 = time.monotonic()
+    line = run(*args, **kwargs)
+    line.setdefault("scenario_wall_s", round(time.monotonic() - t0, 1))
+    return line
+
+
+def walled(lines: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    """``lines`` (a generator yielding one line per run as it ends), each with ``scenario_wall_s`` =
+    the wall seconds since the previous line (unless the scenario set its own)."""
+    t0 = time.monotonic()
+    for line in lines:
+        now = time.monotonic()
+        line.setdefault("scenario_wall_s", round(now - t0, 1))
+        t0 = now
+        yield line
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -246,8 +287,16 @@ class Planes:
         return [svc.proc.pid for svc in self.services if svc.proc is not None]
 
     def stop(self) -> None:
+        """Stop every process at once (SIGTERM to all, then wait for each): teardown is not measured,
+        and stopping them one after another only adds each one's shutdown to the run's wall time."""
+        live = [svc for svc in self.services if svc.proc is not None and svc.proc.poll() is None]
+        for svc in live:
+            try:
+                os.killpg(svc.proc.pid, signal.SIGTERM)   # type: ignore[union-attr]
+            except ProcessLookupError:
+                pass
         for svc in self.services:
-            svc.stop()
+            svc.stop()   # waits (SIGKILL after 20 s); a no-op for one already gone
 
 
 def load_stream(url: str, tenant: Any, target: Any, n: int, base_us: int, end_us: int, *,
@@ -290,7 +339,6 @@ class Stores:
         if topology.startswith("sqlite"):
             db = self.tmp / f"{name}-{topology}-{time.monotonic_ns()}.db"
             return f"sqlite:///{db}", db
-        from e2e import cli
         from pgserver import pg_server_from_env
 
         if self._pg is None:
@@ -303,9 +351,7 @@ class Stores:
                         c.execute(f"ALTER SYSTEM SET {setting} = on")
                     c.execute("SELECT pg_reload_conf()")
         # PostgreSQL's test server takes a short identifier as the prefix (a unique suffix is added).
-        url = self._pg.new_database("fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28])
-        cli("db", "upgrade", "--db", url)
-        return url, None
+        return migrated_database(self._pg, "fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28]), None
 
     def pg_settings(self) -> dict[str, str] | None:
         """The PostgreSQL server's durability settings as it runs them (None before it started)."""
@@ -321,6 +367,26 @@ class Stores:
         self._stack.close()
 
 
+_TEMPLATES: dict[str, str] = {}   # server URL → its template database
+
+
+def migrated_database(server: Any, prefix: str) -> str:
+    """The URL of a new database on ``server`` (``tests/pgserver.py``) with the schema at head: a copy
+    of a template database that ``fireledger db upgrade`` migrated once per server. Upgrading each
+    fresh database took seconds of set-up per run (a subprocess, every migration, fsync on); a copy
+    is one ``CREATE DATABASE … TEMPLATE`` (decision 0214)."""
+    import psycopg
+
+    from e2e import cli
+
+    tmpl = _TEMPLATES.get(server.url)
+    if tmpl is None:
+        url = server.new_database("fl_bench_template")
+        cli("db", "upgrade", "--db", url)   # its own process: no connection to the template stays open
+        tmpl = _TEMPLATES[server.url] = str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
+    return str(server.new_database(prefix, template=tmpl))
+
+
 def failed_line(scenario: str, topology: str, n: int, exc: BaseException, **extra: Any) -> dict[str, Any]:
     """The line of a run that failed (one failed run must not lose the others): the keys every line
     has, empty, and the error."""
@@ -328,3 +394,43 @@ def failed_line(scenario: str, topology: str, n: int, exc: BaseException, **extr
             "delivered": None, "missed": None, "early": None, "duplicate_records": None, "fires_per_s": None,
             "lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None,
             "error": f"{type(exc).__name__}: {exc}"[:500], **machine()}
+
+
+class Deadline:
+    """A scenario group's total deadline (``bench/run.py``): each run inside the group is bounded by
+    its own deadline; this one bounds the group, so the full form cannot hang on one scenario. A run
+    is started only while time is left; what was not started gets a ``timed_out`` line."""
+
+    def __init__(self, group: str, seconds: float) -> None:
+        self.group = group
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.end
+
+    def line(self, scenario: str, system: str, n: int | None = None, *, rest: bool = False,
+             **extra: Any) -> dict[str, Any]:
+        """The line of a run not started because the group's deadline had passed (``rest``: it
+        stands for the group's remaining runs, if there were any)."""
+        what = "its remaining runs, if any, were not started" if rest else "not run"
+        return {"scenario": scenario, "system": system, **extra, "n": n, "delivered": None, "missed": None,
+                "early": None, "duplicate_records": None, "fires_per_s": None, "lateness_p50_s": None,
+                "lateness_p99_s": None, "lateness_max_s": None,
+                "timed_out": f"the {self.group} group's deadline ({self.seconds:.0f} s) had passed; {what}",
+                **machine()}
+
+    def cap(self, lines: Iterable[dict[str, Any]], scenario: str, system: str) -> Iterable[dict[str, Any]]:
+        """``lines`` until the deadline passes between two of them; then the source is closed (its
+        clean-up runs) and one ``timed_out`` line stands for the runs it did not start."""
+        it = iter(lines)
+        try:
+            for line in it:
+                yield line
+                if self.over():
+                    yield self.line(scenario, system, rest=True)
+                    return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchkit import SECRET, S, machine, rnd, say
+from benchkit import SECRET, S, machine, migrated_database, rnd, say
 from fireledger.clock import SystemClock
 from fireledger.store import Store
 from fireledger.store.engine import SqliteEngine
@@ -208,7 +208,10 @@ def scenario(tmp: Path, n: int, reps: int = 3) -> list[dict[str, Any]]:
                 continue
 
             def url(tag: str, engine: str = engine, server: Any = server) -> str:
-                return f"sqlite:///{tmp}/commit-{tag}.db" if engine == "sqlite" else server.new_database("bench")
+                if engine == "sqlite":
+                    return f"sqlite:///{tmp}/commit-{tag}.db"
+                # the minimal schema goes into an empty database; the others get the ledger's, copied
+                return server.new_database("bench") if tag == "rawmin" else migrated_database(server, "bench")
 
             say(f"{system} {name}: {reps} rounds of the timing plane, then the raw loops ({n} due rows each)")
             load_before = os.getloadavg()[0]

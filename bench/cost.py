@@ -371,7 +371,7 @@ def one(topology: str, url: str, db: Path | None, tmp: Path, sink: Sink, rate: i
         planes = Planes(topology, url, tmp, sink)
         stack.callback(planes.stop)
         planes.pg_pid = pg_pid
-        base = (time.time_ns() // S // 1000 + math.ceil(3 + rate * 0.0003)) * S
+        base = (time.time_ns() // S // 1000 + math.ceil(2 + rate * 0.0003)) * S   # the load: ~0.2 s
         end = base + duration_s * S
         info = planes.load(rate, base, end)
         pg0 = _pg_stats(url) if db is None else None

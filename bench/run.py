@@ -4,7 +4,12 @@ APScheduler 4.0 alpha memory / SQLite data stores) on the same workloads, in the
 the same sink (``bench/sink.py``, its own process). One JSON object per line on stdout, per
 scenario and system; progress on stderr. See docs/performance.md.
 
-    .venv/bin/python bench/run.py [--quick] [--only burst,steady,...] [--profile]
+    .venv/bin/python bench/run.py [--quick] [--only burst,steady,...] [--profile] [--out FILE]
+    .venv/bin/python bench/report.py < FILE > docs/performance-results.md     # the tables (make bench-report)
+
+The sizes of both forms, the flags that lower one of them and each group's total deadline are in
+``bench/forms.py``; every line carries ``scenario_wall_s`` and the run ends with a ``bench-run`` line
+(decisions 0214–0217). The quick form leaves APScheduler 4 SQLite out (a ``skipped`` line says why).
 
 Scenarios (``--quick`` forms in brackets):
 
@@ -23,7 +28,7 @@ Scenarios (``--quick`` forms in brackets):
 * ``tenant-overload`` one tenant at its default quota (100 fires/s), N = 100, 300, 1,000, 3,000 triggers
   of 1 s for 60 s on SQLite ``serve``, PostgreSQL ``serve`` and PostgreSQL split planes (control + 2
   dispatch + 1 timing), against the bench sink and a standard-library ``ThreadingHTTPServer``
-  (default backlog) [N = 300 on both ``serve`` forms, 15 s] (``bench/overload.py``; group ``overload``);
+  (default backlog) [N = 300 on both ``serve`` forms, 10 s] (``bench/overload.py``; group ``overload``);
 * ``cost``           CPU-µs per delivered fire per plane and store work per fire (statements, rows
   written, WAL bytes), priced per million fires: 1,000 fires/s for 10 s [5 s] on SQLite and
   PostgreSQL, ``serve`` and split planes (``bench/cost.py``);
@@ -49,23 +54,23 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit import BENCH, Sink, cpu_s, emit, machine, ratios, say
+from benchkit import BENCH, Deadline, Sink, cpu_s, emit, machine, ratios, say, tee, timed, walled
+from forms import QUICK_SKIP, STEADY_TARGET, Form, add_flags, form_of
 
 ALL = ("sink", "burst", "steady", "commit", "scale", "punctuality", "overload", "cost", "scale-out", "profile",
        "components")
 DEFAULT_OFF = {"profile", "components"}   # opt in: --profile, --only components
 STEADY_P99_S = 1.0
-STEADY_TARGET = 5800
-LADDER = [250, 500, 1000, 2000, 3000, 4000, STEADY_TARGET]
+RESULTS = BENCH / "results" / "latest.jsonl"
 
 
-def sink_capacity(sink: Sink, quick: bool) -> dict[str, Any]:
-    n = 10_000 if quick else 30_000
+def sink_capacity(sink: Sink, quick: bool, n: int) -> dict[str, Any]:
     sink.clear()
     say(f"sink-capacity: {n} POSTs from one aiohttp client (64 connections, 64 in flight)")
     cpu0 = cpu_s(sink.proc.pid)
@@ -87,7 +92,7 @@ def sink_capacity(sink: Sink, quick: bool) -> dict[str, Any]:
 
 def _bad(line: dict[str, Any], p99: float | None = None) -> bool:
     """A run that does not count as sustained/valid."""
-    if line.get("skipped") or line.get("error") or line.get("invalid"):
+    if line.get("skipped") or line.get("error") or line.get("invalid") or line.get("timed_out"):
         return True
     if p99 is not None:
         n = line.get("n") or 0
@@ -96,65 +101,90 @@ def _bad(line: dict[str, Any], p99: float | None = None) -> bool:
     return False
 
 
-def burst(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None, sizes: list[int] | None = None) -> None:
+def _bounded(line: dict[str, Any], deadline_s: float) -> dict[str, Any]:
+    """Mark a burst that was cut at its deadline: ``timed_out`` (the figures are those of the
+    deliveries that arrived before it)."""
+    if line.get("complete") is False and not line.get("error") and not line.get("skipped"):
+        line["timed_out"] = f"not every fire delivered within the {deadline_s:.0f} s deadline; stopped there"
+    return line
+
+
+def burst(sink: Sink, tmp: Path, form: Form, systems: set[str] | None, dl: Deadline) -> None:
     import fl
     import peers
 
-    sizes = sizes or ([2000] if quick else [10_000, 45_000])
-    for n in sizes:
+    for n in form.burst_sizes:
         name = f"burst-{n}"
-        deadline = 30 if quick else (60 if n <= 10_000 else 150)
+        deadline = form.burst_deadline_s(n)
         lines = []
         if systems is None or fl.SYSTEM in systems:
-            lines.append(fl.burst(sink, tmp, name, n, deadline_s=deadline))
+            lines.append(dl.line(name, fl.SYSTEM, n) if dl.over() else
+                         _bounded(timed(fl.burst, sink, tmp, name, n, deadline_s=deadline), deadline))
         for peer in peers.PEERS:
             if systems is not None and peer.system not in systems:
                 continue
+            if peer.system in form.skip_peers:
+                lines.append(peers.skipped(name, peer, QUICK_SKIP, n))
+                continue
             est = n * peer.setup_s_per_job
-            if est > (30 if quick else 180):
+            if est > form.peer_setup_cap_s:
                 lines.append(peers.skipped(name, peer, f"adding {n} schedules alone would take ~{est:.0f}s "
                                            f"({peer.setup_s_per_job * 1000:.1f} ms each, measured); "
                                            "see the smaller burst", n))
                 continue
-            lines.append(peers.burst(peer, sink, tmp, name, n, deadline_s=deadline))
+            lines.append(dl.line(name, peer.system, n) if dl.over() else
+                         _bounded(timed(peers.burst, peer, sink, tmp, name, n, deadline_s=deadline), deadline))
         ratios(lines)
         for line in lines:
             emit(line)
-        if n == sizes[0]:   # APScheduler's default misfire grace (1 s) on the first size
-            glines = []
+        if n == form.burst_sizes[0]:   # APScheduler's default misfire grace (1 s) on the first size
             for peer in peers.PEERS:
-                if peer.runner == "peer_aps3.py" and (systems is None or peer.system in systems):
-                    g = peers.burst(peer, sink, tmp, f"{name}-grace1s", n, deadline_s=deadline, grace="1")
-                    outc = g.get("scheduler_outcomes") or {}
-                    g["missed_ratio"] = round((g["missed"] or 0) / n, 4) if g.get("missed") is not None else None
-                    g["scheduler_missed"] = outc.get("missed")
-                    glines.append(g)
-            for line in glines:
-                emit(line)
+                if peer.runner != "peer_aps3.py" or (systems is not None and peer.system not in systems):
+                    continue
+                if dl.over():
+                    emit(dl.line(f"{name}-grace1s", peer.system, n))
+                    continue
+                g = timed(peers.burst, peer, sink, tmp, f"{name}-grace1s", n, deadline_s=deadline, grace="1")
+                outc = g.get("scheduler_outcomes") or {}
+                g["missed_ratio"] = round((g["missed"] or 0) / n, 4) if g.get("missed") is not None else None
+                g["scheduler_missed"] = outc.get("missed")
+                emit(g)
 
 
-def steady(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None) -> None:
-    """Quick: 10 s at 1000 and 3000 fires/s (peers: 1000). Full: 5 s probes up the ladder until one
-    fails (p99 > 1 s or fires missed), then 60 s at the highest rate that passed its probe, and one
-    rung lower if that fails."""
+def _steady_runners(sink: Sink, tmp: Path, form: Form,
+                    systems: set[str] | None) -> list[tuple[str, Any, tuple[int, ...]]]:
     import fl
     import peers
 
-    runners: list[tuple[str, Any, list[int]]] = []
+    runners: list[tuple[str, Any, tuple[int, ...]]] = []
     if systems is None or fl.SYSTEM in systems:
         runners.append((fl.SYSTEM, lambda name, r, d, dr: fl.steady(sink, tmp, name, r, d, drain_s=dr),
-                        [1000, 3000] if quick else LADDER))
+                        form.steady_rates))
     for peer in peers.PEERS:
         if systems is None or peer.system in systems:
-            runners.append((peer.system, lambda name, r, d, dr, p=peer: peers.steady(p, sink, tmp, name, r, d,
-                                                                                     drain_s=dr),
-                            [1000] if quick else LADDER))
+            run: Any = (lambda name, r, d, dr, p=peer: {**peers.skipped(name, p, QUICK_SKIP, r * d), "rate": r,
+                                                        "duration_s": d}) \
+                if peer.system in form.skip_peers else \
+                (lambda name, r, d, dr, p=peer: peers.steady(p, sink, tmp, name, r, d, drain_s=dr))
+            runners.append((peer.system, run, form.steady_peer_rates))
+    return runners
+
+
+def steady(sink: Sink, tmp: Path, form: Form, systems: set[str] | None, dl: Deadline) -> None:
+    """Quick: 10 s at 1000 and 3000 fires/s (peers: 1000). Full: 5 s probes up the ladder until one
+    fails (p99 > 1 s or fires missed), then 60 s at the highest rate that passed its probe, and one
+    rung lower if that fails."""
+    runners = _steady_runners(sink, tmp, form, systems)
     groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     final: dict[str, dict[str, Any] | None] = {}
     tried: dict[str, list[dict[str, Any]]] = {}
 
     def one(system: str, run: Any, rate: int, duration: int, phase: str) -> dict[str, Any]:
-        line = run(f"steady-{rate}", rate, duration, 3 if duration <= 10 else 10)
+        name = f"steady-{rate}"
+        if dl.over():
+            line = dl.line(name, system, rate * duration, rate=rate, duration_s=duration)
+        else:
+            line = timed(run, name, rate, duration, 3 if duration <= 10 else 10)
         line.update({"phase": phase, "p99_target_s": STEADY_P99_S})
         line["sustained"] = not _bad(line, STEADY_P99_S)
         groups.setdefault((rate, duration), []).append(line)
@@ -164,14 +194,14 @@ def steady(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None) -> None
     for system, run, rates in runners:
         passed: list[dict[str, Any]] = []
         for rate in rates:
-            line = one(system, run, rate, 10 if quick else 5, "run" if quick else "probe")
+            line = one(system, run, rate, form.steady_probe_s, "run" if form.quick else "probe")
             if not line["sustained"]:
                 break   # a higher rate would only be worse
             passed.append(line)
-        final[system] = passed[-1] if quick and passed else None
-        if not quick:
-            for cand in passed[::-1][:2]:   # the best probe; if 60 s fail there, one rung lower
-                conf = one(system, run, cand["rate"], 60, "confirm")
+        final[system] = passed[-1] if form.steady_confirm_s is None and passed else None
+        if form.steady_confirm_s is not None:
+            for cand in passed[::-1][:2]:   # the best probe; if the confirming run fails there, one rung lower
+                conf = one(system, run, cand["rate"], form.steady_confirm_s, "confirm")
                 if conf["sustained"]:
                     final[system] = conf
                     break
@@ -180,33 +210,37 @@ def steady(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None) -> None
         for line in groups[key]:
             emit(line)
     for system, _, _ in runners:
-        top = final.get(system)
-        lines = tried.get(system, [])
-        base = top or (lines[-1] if lines else {"system": system})
-        out = {k: base.get(k) for k in ("n", "delivered", "missed", "early", "duplicate_records", "fires_per_s",
-                                         "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "durable",
-                                         "duration_s")}
-        emit({"scenario": "steady-max", "system": system, **out, "max_rate": top["rate"] if top else 0,
-              "max_rate_over_s": top["duration_s"] if top else None,
-              "runs": [[x["rate"], x["duration_s"], x["sustained"]] for x in lines],
-              "target_rate": STEADY_TARGET,
-              "target_met": bool(top and top["rate"] >= STEADY_TARGET and top["duration_s"] >= 60),
-              **machine()})
+        emit(_steady_max(system, final.get(system), tried.get(system, [])))
 
 
-def punctuality(sink: Sink, tmp: Path, quick: bool, systems: set[str] | None) -> None:
+def _steady_max(system: str, top: dict[str, Any] | None, lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per system: the highest rate sustained (only a confirming run of 60 s counts for the target)."""
+    base = top or (lines[-1] if lines else {"system": system})
+    out = {k: base.get(k) for k in ("n", "delivered", "missed", "early", "duplicate_records", "fires_per_s",
+                                     "lateness_p50_s", "lateness_p99_s", "lateness_max_s", "durable",
+                                     "duration_s")}
+    return {"scenario": "steady-max", "system": system, **out, "max_rate": top["rate"] if top else 0,
+            "max_rate_over_s": top["duration_s"] if top else None,
+            "runs": [[x.get("rate"), x.get("duration_s"), x["sustained"]] for x in lines],
+            "target_rate": STEADY_TARGET,
+            "target_met": bool(top and top["rate"] >= STEADY_TARGET and top["duration_s"] >= 60),
+            "scenario_wall_s": round(sum(x.get("scenario_wall_s") or 0 for x in lines), 1), **machine()}
+
+
+def punctuality(sink: Sink, tmp: Path, form: Form, systems: set[str] | None, dl: Deadline) -> None:
     import fl
     import peers
 
-    rate, duration = 50, (5 if quick else 20)
+    rate, duration = 50, form.punctuality_s
     name = "punctuality"
     lines = []
     if systems is None or fl.SYSTEM in systems:
-        lines.append(fl.steady(sink, tmp, name, rate, duration, drain_s=3))
-    if not quick:
+        lines.append(timed(fl.steady, sink, tmp, name, rate, duration, drain_s=3))
+    if form.punctuality_peers:
         for peer in peers.PEERS:
             if systems is None or peer.system in systems:
-                lines.append(peers.steady(peer, sink, tmp, name, rate, duration, drain_s=3))
+                lines.append(dl.line(name, peer.system, rate * duration) if dl.over() else
+                             timed(peers.steady, peer, sink, tmp, name, rate, duration, drain_s=3))
     ratios(lines)
     for line in lines:
         line["p99_target_s"] = 0.05
@@ -220,7 +254,7 @@ def profile(sink: Sink, tmp: Path, quick: bool) -> None:
     import fl
 
     n = 2000 if quick else 10_000
-    line = fl.burst(sink, tmp, f"profile-burst-{n}", n, deadline_s=60 if quick else 180, profile=True)
+    line = timed(fl.burst, sink, tmp, f"profile-burst-{n}", n, deadline_s=60 if quick else 180, profile=True)
     line["note"] = "under py-spy (250 Hz): slower than the unprofiled burst; read the frames, not the rates"
     emit(line)
 
@@ -259,11 +293,13 @@ def _cost(ap: argparse.ArgumentParser, a: argparse.Namespace, tmp: Path, sink: S
 def _parser() -> argparse.ArgumentParser:
     """The command line (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short forms (a few minutes)")
+    ap.add_argument("--quick", action="store_true", help="short forms (under 5 minutes on a quiet machine)")
     ap.add_argument("--only", help=f"comma-separated scenario groups: {', '.join(ALL)}")
     ap.add_argument("--systems", help="comma-separated systems (fireledger-sqlite, apscheduler3-memory, …)")
     ap.add_argument("--profile", action="store_true", help="also profile a fireledger burst with py-spy")
-    ap.add_argument("--burst-sizes", help="comma-separated burst sizes instead of 10000,45000 [2000]")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"also write the JSON lines to this file (make bench: {RESULTS.relative_to(BENCH.parent)})")
+    add_flags(ap)
     ap.add_argument("--overload-topologies",
                     help="tenant-overload: comma-separated sqlite-serve,postgres-serve,postgres-split "
                          "(default: all; --quick: the two serve forms)")
@@ -275,14 +311,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main() -> int:
-    ap = _parser()
-    a = ap.parse_args()
-    from e2e import use_state_dir  # one state directory (KEK, key ring) for the run, not the checkout's
-
-    use_state_dir(Path(tempfile.mkdtemp(prefix="fireledger-bench-state-")) / "state")
-    if a.dispatch_processes is not None:
-        os.environ["FIRELEDGER_DISPATCH_PROCESSES"] = str(a.dispatch_processes)   # before `fl` is imported
+def _groups(ap: argparse.ArgumentParser, a: argparse.Namespace) -> set[str]:
     only = set(a.only.split(",")) if a.only else set(ALL)
     unknown = only - set(ALL)
     if unknown:
@@ -291,68 +320,133 @@ def main() -> int:
         only -= DEFAULT_OFF
     if a.profile:
         only.add("profile")
+    return only
+
+
+def _run_group(group: str, ctx: dict[str, Any]) -> None:
+    """One scenario group under its deadline (``forms.Form.deadlines``)."""
+    import fl
+
+    form: Form = ctx["form"]
+    sink, tmp, systems = ctx["sink"], ctx["tmp"], ctx["systems"]
+    dl = Deadline(group, form.deadlines[group])
+    ours = systems is None or fl.SYSTEM in systems
+    if group == "sink":
+        emit(timed(sink_capacity, sink, form.quick, form.sink_n))
+    elif group == "burst":
+        burst(sink, tmp, form, systems, dl)
+    elif group == "steady":
+        steady(sink, tmp, form, systems, dl)
+    elif group == "punctuality":
+        punctuality(sink, tmp, form, systems, dl)
+    elif group == "profile":
+        profile(sink, tmp, form.quick)
+    elif group == "components":
+        components(form.quick)
+    elif ours:
+        for line in dl.cap(walled(_lines(group, ctx)), group, fl.SYSTEM):
+            emit(line)
+
+
+def _one_pass(scenario: Any, *args: Any) -> Any:
+    """The lines of a scenario that measures in one pass and returns them together: each carries the
+    pass's wall time (``scenario_wall_s``; decision 0217)."""
+    t0 = time.monotonic()
+    lines = scenario(*args)
+    wall = round(time.monotonic() - t0, 1)
+    for line in lines:
+        line.setdefault("scenario_wall_s", wall)
+        yield line
+
+
+def _lines(group: str, ctx: dict[str, Any]) -> Any:
+    """The lines of a group whose scenario module yields one line per run."""
+    form: Form = ctx["form"]
+    tmp = ctx["tmp"]
+    if group == "commit":
+        import commit
+
+        return _one_pass(commit.scenario, tmp, form.commit_n, form.commit_rounds)
+    if group == "scale":
+        import scale
+
+        return _one_pass(scale.scenario, tmp, form.scale_n)
+    if group == "overload":
+        import overload
+
+        return overload.scenario(tmp, form.quick, sizes=list(form.overload_sizes), topologies=ctx["topos"],
+                                 duration_s=form.overload_duration_s)
+    if group == "cost":
+        return _cost(ctx["parser"], ctx["args"], tmp, ctx["sink"])
+    import scaleout
+
+    return scaleout.scenario(tmp, form.quick, sink=ctx["sink"], dispatchers=form.scale_out_dispatchers,
+                             serve=scaleout.SERVE_TOPOLOGIES if form.scale_out_serve else (), m=form.scale_out_m)
+
+
+def _commit() -> str | None:
+    """The tree the run measured: ``git describe``-style short commit, ``+dirty`` when changed."""
+    try:
+        head = subprocess.run(["git", "-C", str(BENCH), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(BENCH), "status", "--porcelain", "--", "../src", "."],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
+
+
+def main() -> int:
+    ap = _parser()
+    a = ap.parse_args()
+    from e2e import use_state_dir  # one state directory (KEK, key ring) for the run, not the checkout's
+
+    use_state_dir(Path(tempfile.mkdtemp(prefix="fireledger-bench-state-")) / "state")
+    if a.dispatch_processes is not None:
+        os.environ["FIRELEDGER_DISPATCH_PROCESSES"] = str(a.dispatch_processes)   # before `fl` is imported
+    only = _groups(ap, a)
+    form = form_of(a, ap)
     systems = set(a.systems.split(",")) if a.systems else None
     import fl
+    import overload
     import peers
 
     known = {fl.SYSTEM, *(p.system for p in peers.PEERS)}
     if systems is not None and systems - known:
         ap.error(f"--systems: unknown system {sorted(systems - known)[0]!r} (choose from {', '.join(sorted(known))})")
-    try:
-        sizes = [int(x) for x in a.burst_sizes.split(",")] if a.burst_sizes else None
-    except ValueError:
-        ap.error(f"--burst-sizes: {a.burst_sizes!r} is not a comma-separated list of integers")
-    if sizes is not None and any(x < 1 for x in sizes):
-        ap.error("--burst-sizes: every size must be at least 1")
-    import overload
-
     topos = tuple(a.overload_topologies.split(",")) if a.overload_topologies else None
     if topos is not None and set(topos) - set(overload.TOPOLOGIES):
         ap.error(f"--overload-topologies: choose from {', '.join(overload.TOPOLOGIES)}")
+    tee(a.out)
     t0 = time.monotonic()
-    say(f"start: {'quick' if a.quick else 'full'} run of {', '.join(g for g in ALL if g in only)}")
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    walls: dict[str, float] = {}
+    order = [g for g in ALL if g in only]
+    say(f"start: {'quick' if form.quick else 'full'} run of {', '.join(order)}")
     with tempfile.TemporaryDirectory(prefix="fireledger-bench-") as d:
-        tmp = Path(d)
-        sink = Sink(tmp)
+        ctx = {"form": form, "tmp": Path(d), "systems": systems, "args": a, "parser": ap, "topos": topos}
+        ctx["sink"] = sink = Sink(Path(d))
         try:
-            if "sink" in only:
-                emit(sink_capacity(sink, a.quick))
-            if "burst" in only:
-                burst(sink, tmp, a.quick, systems, sizes)
-            if "steady" in only:
-                steady(sink, tmp, a.quick, systems)
-            if "commit" in only:
-                import commit
-
-                for line in commit.scenario(tmp, 5000 if a.quick else 20_000):
-                    emit(line)
-            if "scale" in only:
-                import scale
-
-                for line in scale.scenario(tmp, 100_000 if a.quick else 1_000_000):
-                    emit(line)
-            if "punctuality" in only:
-                punctuality(sink, tmp, a.quick, systems)
-            if "overload" in only and (systems is None or fl.SYSTEM in systems):
-                for line in overload.scenario(tmp, a.quick, topologies=topos):
-                    emit(line)
-            if "cost" in only and (systems is None or fl.SYSTEM in systems):
-                for line in _cost(ap, a, tmp, sink):
-                    emit(line)
-            if "scale-out" in only and (systems is None or fl.SYSTEM in systems):
-                import scaleout
-
-                # --quick keeps the issue's ~5 minute budget: N = 1, 2 and no serve forms (full: 1, 2, 3 + serve).
-                short = {"dispatchers": (1, 2), "serve": ()} if a.quick else {}
-                for line in scaleout.scenario(tmp, a.quick, sink=sink, **short):
-                    emit(line)
-            if "profile" in only:
-                profile(sink, tmp, a.quick)
+            for group in order:
+                g0 = time.monotonic()
+                try:
+                    _run_group(group, ctx)
+                except Exception as exc:   # one broken group must not stop the run (decision 0215)
+                    say(f"{group}: failed: {type(exc).__name__}: {exc}")
+                    emit({"scenario": group, "system": "bench", "n": None, "delivered": None,
+                          "error": f"the group failed: {type(exc).__name__}: {exc}"[:500],
+                          "traceback": traceback.format_exc()[-2000:], **machine()})
+                walls[group] = round(time.monotonic() - g0, 1)
+                say(f"{group}: {walls[group]:.0f}s")
         finally:
             sink.close()
-    if "components" in only:
-        components(a.quick)
-    say(f"done in {time.monotonic() - t0:.0f}s")
+    total = round(time.monotonic() - t0, 1)
+    emit({"scenario": "bench-run", "system": "bench", "form": "quick" if form.quick else "full",
+          "groups": order, "group_wall_s": walls, "scenario_wall_s": total, "argv": sys.argv[1:],
+          "started_utc": started, "finished_utc": time.strftime("%H:%M", time.gmtime()), "commit": _commit(),
+          **machine()})
+    say(f"done in {total:.0f}s")
+    tee(None)
     return 0
 
 

@@ -331,10 +331,11 @@ def _vs(lines: list[dict[str, Any]], key: str) -> None:
 
 
 def scenario(tmp: Path, quick: bool, sink: Sink | None = None, dispatchers: tuple[int, ...] = DISPATCHERS,
-             serve: tuple[str, ...] = SERVE_TOPOLOGIES) -> Iterator[dict[str, Any]]:
+             serve: tuple[str, ...] = SERVE_TOPOLOGIES, m: int | None = None) -> Iterator[dict[str, Any]]:
     """The drain for each N in ``dispatchers``, then ``serve`` at 1 and 2 dispatch processes on each of
-    ``serve``; lines of a group are yielded together, with their ratios to the first."""
-    m = 3000 if quick else 10_000
+    ``serve``; lines of a group are yielded together, with their ratios to the first, each with its
+    own ``scenario_wall_s``. ``m``: the backlog instead of the form's (10,000; quick 3,000)."""
+    m = m or (3000 if quick else 10_000)
     with ExitStack() as stack:
         if sink is None:
             sink = Sink(tmp)
@@ -343,11 +344,13 @@ def scenario(tmp: Path, quick: bool, sink: Sink | None = None, dispatchers: tupl
         stack.callback(stores.close)
         lines = []
         for n in dispatchers:
+            t0 = time.monotonic()
             url, _ = stores.fresh("postgres-split", f"scaleout-{n}")
             try:
                 line = split_line(url, tmp, stores, sink, n, m)
             except Exception as exc:   # one failed run must not lose the others
                 line = failed_line(SCENARIO, "postgres-split", m, exc, dispatch_processes=n)
+            line["scenario_wall_s"] = round(time.monotonic() - t0, 1)
             line["pg_settings"] = stores.pg_settings()
             say(f"{SCENARIO} postgres-split N={n}: {line.get('delivered_per_s')}/s "
                 f"(10-90 %: {line.get('steady_per_s')}/s), CPU {line.get('cpu_us_per_fire_by_plane')}")
@@ -357,11 +360,13 @@ def scenario(tmp: Path, quick: bool, sink: Sink | None = None, dispatchers: tupl
         for topology in serve:
             group = []
             for p in (1, 2):
+                t0 = time.monotonic()
                 url, db = stores.fresh(topology, f"scaleout-serve-{p}")
                 try:
                     line = serve_line(url, db, tmp, sink, topology, p, m)
                 except Exception as exc:
                     line = failed_line(SCENARIO, topology, m, exc, dispatch_processes=p)
+                line["scenario_wall_s"] = round(time.monotonic() - t0, 1)
                 if db is None:
                     line["pg_settings"] = stores.pg_settings()
                 say(f"{SCENARIO} {topology} P={p}: {line.get('delivered_per_s')}/s, "

@@ -225,8 +225,9 @@ class PgServer:
 
     # ---- use ----------------------------------------------------------------------------------
 
-    def new_database(self, prefix: str = "fl_test") -> str:
-        """Create an empty database with a unique name and return its URL."""
+    def new_database(self, prefix: str = "fl_test", template: str = "template0") -> str:
+        """Create a database with a unique name and return its URL: empty, or a copy of the database
+        ``template`` (which must have no open connection: PostgreSQL's rule for a template)."""
         if self._closed:
             raise RuntimeError("server is closed")
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,30}", prefix):
@@ -235,7 +236,8 @@ class PgServer:
             n = next(self._counter)
         name = f"{prefix}_{os.getpid()}_{n}_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
+                                                                          sql.Identifier(template)))
         with self._lock:
             self._created.append(name)
         return _with_db(self.url, name)

@@ -35,3 +35,17 @@ def test_new_databases_are_distinct_empty_and_isolated(pg_server: PgServer) -> N
         conn.execute("create table t (x int)")
     with psycopg.connect(b) as conn:
         assert conn.execute(USER_RELATIONS).fetchone() == (0,), "a table in one database leaks into another"
+
+
+def test_a_new_database_can_be_a_copy_of_a_template(pg_server: PgServer) -> None:
+    source = pg_server.new_database()
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("create table t (x int)")
+        conn.execute("insert into t values (7)")
+        name = conn.execute("select current_database()").fetchone()[0]   # type: ignore[index]
+    copy = pg_server.new_database(template=name)
+    with psycopg.connect(copy, autocommit=True) as conn:
+        assert conn.execute("select x from t").fetchall() == [(7,)]
+        conn.execute("insert into t values (8)")
+    with psycopg.connect(source) as conn:
+        assert conn.execute("select x from t").fetchall() == [(7,)], "a write to the copy reached its template"
