@@ -51,7 +51,7 @@ class Form:
     scale_out_serve: bool = True
     #: total deadline per scenario group, seconds (group name → seconds)
     deadlines: dict[str, float] = field(default_factory=lambda: {
-        "sink": 120, "burst": 1200, "steady": 2400, "commit": 600, "scale": 900, "punctuality": 600,
+        "sink": 120, "burst": 1200, "steady": 2700, "commit": 600, "scale": 900, "punctuality": 600,
         "overload": 3600, "cost": 600, "scale-out": 900, "profile": 600, "components": 900})
 
     def burst_deadline_s(self, n: int) -> float:
@@ -69,7 +69,7 @@ QUICK = Form(
     scale_n=100_000,
     punctuality_s=5, punctuality_peers=False, overload_sizes=(300,), overload_duration_s=10, scale_out_m=3000,
     scale_out_dispatchers=(1, 2), scale_out_serve=False,
-    deadlines={"sink": 60, "burst": 150, "steady": 150, "commit": 90, "scale": 120, "punctuality": 60,
+    deadlines={"sink": 60, "burst": 150, "steady": 180, "commit": 90, "scale": 120, "punctuality": 60,
                "overload": 240, "cost": 150, "scale-out": 180, "profile": 180, "components": 300})
 
 
