@@ -232,7 +232,8 @@ def summarise(records: Iterable[tuple[int, str]], n: int, *, t0_us: int,
 
 def ratios(lines: list[dict[str, Any]], ours: str = "fireledger") -> None:
     """Add ``vs_fireledger`` to each peer line (peer ÷ fireledger) and ``vs_peers`` to fireledger's
-    (fireledger ÷ peer) for fires/s and p99 lateness."""
+    (fireledger ÷ peer) for fires/s and p99 lateness. Fireledger's first line is ``mine``; its other
+    forms (``fireledger-postgres-split``) are not peers and get no ratio."""
     mine = next((x for x in lines if x["system"].startswith(ours)), None)
     if mine is None:
         return
@@ -244,7 +245,7 @@ def ratios(lines: list[dict[str, Any]], ours: str = "fireledger") -> None:
 
     vs = {}
     for x in lines:
-        if x is mine:
+        if x is mine or x["system"].startswith(ours):
             continue
         vs[x["system"]] = {"fires_per_s": ratio(mine["fires_per_s"], x["fires_per_s"]),
                            "lateness_p99_s": ratio(mine["lateness_p99_s"], x["lateness_p99_s"])}

@@ -75,26 +75,28 @@ class Serve:
         self.svc.stop()
 
 
-def ledger_facts(db: Path, window: tuple[int, int]) -> dict[str, Any]:
-    store = Store.open(f"sqlite:///{db}")
+def ledger_facts(db: Path | str, window: tuple[int, int]) -> dict[str, Any]:
+    """The ledger's records, states, attempts and lateness split of the fires scheduled in ``window``;
+    ``db``: a SQLite file, or a store URL (PostgreSQL: ``bench/pgsplit.py``)."""
+    store = Store.open(db if isinstance(db, str) else f"sqlite:///{db}")
+    where = "scheduled_us >= ? AND scheduled_us < ?" if store.engine_name == "sqlite" else \
+        "scheduled_us >= %s AND scheduled_us < %s"
     try:
         with store.engine.read() as c:
             row = c.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT trigger_id || ':' || scheduled_us), MIN(decided_us), "
-                "MAX(decided_us) FROM fires WHERE scheduled_us >= ? AND scheduled_us < ?", window).fetchone()
-            states = dict(c.execute(
-                "SELECT state, COUNT(*) FROM fires WHERE scheduled_us >= ? AND scheduled_us < ? GROUP BY state",
-                window).fetchall())
-            attempts = c.execute(
-                "SELECT COUNT(*) FROM attempts WHERE scheduled_us >= ? AND scheduled_us < ?", window).fetchone()[0]
+                f"MAX(decided_us) FROM fires WHERE {where}", window).fetchone()
+            states = dict(c.execute(f"SELECT state, COUNT(*) FROM fires WHERE {where} GROUP BY state",
+                                    window).fetchall())
+            attempts = c.execute(f"SELECT COUNT(*) FROM attempts WHERE {where}", window).fetchone()[0]
             gaps = c.execute("SELECT decided_us - scheduled_us, dispatched_us - scheduled_us FROM fires "
-                             "WHERE scheduled_us >= ? AND scheduled_us < ?", window).fetchall()
+                             f"WHERE {where}", window).fetchall()
     finally:
         store.close()
     decided = [g[0] / S for g in gaps]
     dispatched = [g[1] / S for g in gaps if g[1] is not None]
-    return {"records": row[0], "distinct": row[1], "first_decided_us": row[2], "last_decided_us": row[3],
-            "states": states, "attempts": attempts,
+    return {"records": int(row[0]), "distinct": int(row[1]), "first_decided_us": row[2], "last_decided_us": row[3],
+            "states": {str(k): int(v) for k, v in states.items()}, "attempts": int(attempts),
             # Where the lateness is spent: the clock bound at the claim (decided_us is the interval's
             # earliest bound when claimed), then the dispatcher's claim of the committed fire.
             "ledger_lateness_s": {"decided_p50": rnd(pct(decided, 50)), "decided_p99": rnd(pct(decided, 99)),

@@ -33,6 +33,8 @@ class Form:
     skip_peers: tuple[str, ...] = ()
     steady_rates: tuple[int, ...] = LADDER
     steady_peer_rates: tuple[int, ...] = LADDER
+    #: fireledger on PostgreSQL split planes (``bench/pgsplit.py``)
+    steady_split_rates: tuple[int, ...] = LADDER
     steady_probe_s: int = 5
     #: seconds of the confirming run at the best probe (None: the probes are the result: quick)
     steady_confirm_s: int | None = 60
@@ -49,7 +51,7 @@ class Form:
     scale_out_serve: bool = True
     #: total deadline per scenario group, seconds (group name → seconds)
     deadlines: dict[str, float] = field(default_factory=lambda: {
-        "sink": 120, "burst": 1200, "steady": 2400, "commit": 600, "scale": 900, "punctuality": 600,
+        "sink": 120, "burst": 1200, "steady": 2700, "commit": 600, "scale": 900, "punctuality": 600,
         "overload": 3600, "cost": 600, "scale-out": 900, "profile": 600, "components": 900})
 
     def burst_deadline_s(self, n: int) -> float:
@@ -62,11 +64,12 @@ class Form:
 QUICK = Form(
     quick=True, sink_n=10_000, burst_sizes=(2000,), peer_setup_cap_s=30, skip_peers=("apscheduler4-sqlite",),
     steady_rates=(1000, 3000),
-    steady_peer_rates=(1000,), steady_probe_s=10, steady_confirm_s=None, commit_n=5000, commit_rounds=2,
+    steady_peer_rates=(1000,), steady_split_rates=(1000,), steady_probe_s=10, steady_confirm_s=None,
+    commit_n=5000, commit_rounds=2,
     scale_n=100_000,
     punctuality_s=5, punctuality_peers=False, overload_sizes=(300,), overload_duration_s=10, scale_out_m=3000,
     scale_out_dispatchers=(1, 2), scale_out_serve=False,
-    deadlines={"sink": 60, "burst": 150, "steady": 150, "commit": 90, "scale": 120, "punctuality": 60,
+    deadlines={"sink": 60, "burst": 150, "steady": 180, "commit": 90, "scale": 120, "punctuality": 60,
                "overload": 240, "cost": 150, "scale-out": 180, "profile": 180, "components": 300})
 
 
@@ -89,7 +92,8 @@ def add_flags(ap: argparse.ArgumentParser) -> None:
     """The flags that override one size of the form (module docstring)."""
     ap.add_argument("--burst-sizes", help="comma-separated burst sizes (full: 10000,45000; quick: 2000)")
     ap.add_argument("--steady-rates", help="comma-separated steady rates, fireledger and peers "
-                    "(full: the ladder 250…5800; quick: 1000,3000 and 1000 for the peers)")
+                    "(full: the ladder 250…5800; quick: 1000,3000 and 1000 for the peers and "
+                    "PostgreSQL split planes)")
     ap.add_argument("--steady-confirm-s", type=int, help="full form: seconds of the confirming run (60)")
     ap.add_argument("--overload-sizes", help="tenant-overload: comma-separated N (full: 100,300,1000,3000)")
     ap.add_argument("--overload-duration-s", type=int, help="tenant-overload: seconds of fires (full 60, quick 15)")
@@ -105,7 +109,7 @@ def form_of(a: argparse.Namespace, ap: argparse.ArgumentParser) -> Form:
         form = replace(form, burst_sizes=_ints(a.burst_sizes, "--burst-sizes", ap))
     if a.steady_rates:
         rates = _ints(a.steady_rates, "--steady-rates", ap)
-        form = replace(form, steady_rates=rates, steady_peer_rates=rates)
+        form = replace(form, steady_rates=rates, steady_peer_rates=rates, steady_split_rates=rates)
     if a.overload_sizes:
         form = replace(form, overload_sizes=_ints(a.overload_sizes, "--overload-sizes", ap))
     for flag, name in (("steady_confirm_s", "steady_confirm_s"), ("overload_duration_s", "overload_duration_s"),

@@ -19,7 +19,8 @@ Scenarios (``--quick`` forms in brackets):
 * ``steady-R``       R fires/s (R interval triggers of 1 s, spread over the second): 5 s probes at
   R = 250, 500, 1000, 2000, 3000, 4000, 5800 until one fails (p99 lateness > 1 s or fires missed),
   then 60 s at the highest R that passed (one rung lower if that fails) [10 s at 1000 and 3000;
-  peers 1000]; ``steady-max`` per
+  peers and PostgreSQL split planes 1000]; on ``fireledger serve`` (SQLite) and on PostgreSQL split
+  planes (control + 2 dispatch + 1 timing, durable server: ``bench/pgsplit.py``); ``steady-max`` per
   system: the highest R sustained with p99 ≤ 1 s and nothing missed;
 * ``commit-N``       the timing plane alone vs the raw batched insert+update rate, SQLite and
   PostgreSQL, N = 20,000 [5,000];
@@ -155,11 +156,14 @@ def _steady_runners(sink: Sink, tmp: Path, form: Form,
                     systems: set[str] | None) -> list[tuple[str, Any, tuple[int, ...]]]:
     import fl
     import peers
+    import pgsplit
 
     runners: list[tuple[str, Any, tuple[int, ...]]] = []
     if systems is None or fl.SYSTEM in systems:
         runners.append((fl.SYSTEM, lambda name, r, d, dr: fl.steady(sink, tmp, name, r, d, drain_s=dr),
                         form.steady_rates))
+    if systems is None or pgsplit.SYSTEM in systems:   # its PostgreSQL server: stopped by steady()
+        runners.append((pgsplit.SYSTEM, pgsplit.Steady(sink, tmp), form.steady_split_rates))
     for peer in peers.PEERS:
         if systems is None or peer.system in systems:
             run: Any = (lambda name, r, d, dr, p=peer: {**peers.skipped(name, p, QUICK_SKIP, r * d), "rate": r,
@@ -171,10 +175,20 @@ def _steady_runners(sink: Sink, tmp: Path, form: Form,
 
 
 def steady(sink: Sink, tmp: Path, form: Form, systems: set[str] | None, dl: Deadline) -> None:
-    """Quick: 10 s at 1000 and 3000 fires/s (peers: 1000). Full: 5 s probes up the ladder until one
-    fails (p99 > 1 s or fires missed), then 60 s at the highest rate that passed its probe, and one
-    rung lower if that fails."""
+    """Quick: 10 s at 1000 and 3000 fires/s (peers and PostgreSQL split planes: 1000). Full: 5 s probes
+    up the ladder until one fails (p99 > 1 s or fires missed), then 60 s at the highest rate that
+    passed its probe, and one rung lower if that fails. Each runner's ``close`` (a PostgreSQL server)
+    runs at the end."""
     runners = _steady_runners(sink, tmp, form, systems)
+    try:
+        _steady_ladders(runners, form, dl)
+    finally:
+        for _, run, _ in runners:
+            getattr(run, "close", lambda: None)()
+
+
+def _steady_ladders(runners: list[tuple[str, Any, tuple[int, ...]]], form: Form, dl: Deadline) -> None:
+    """Each runner's ladder (:func:`steady`), then the lines by (rate, duration) and each ``steady-max``."""
     groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     final: dict[str, dict[str, Any] | None] = {}
     tried: dict[str, list[dict[str, Any]]] = {}
@@ -410,8 +424,9 @@ def main() -> int:
     import fl
     import overload
     import peers
+    import pgsplit
 
-    known = {fl.SYSTEM, *(p.system for p in peers.PEERS)}
+    known = {fl.SYSTEM, pgsplit.SYSTEM, *(p.system for p in peers.PEERS)}
     if systems is not None and systems - known:
         ap.error(f"--systems: unknown system {sorted(systems - known)[0]!r} (choose from {', '.join(sorted(known))})")
     topos = tuple(a.overload_topologies.split(",")) if a.overload_topologies else None

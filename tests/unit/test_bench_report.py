@@ -1,6 +1,8 @@
 """``bench/report.py`` and ``bench/targets.py`` on real lines of a ``make bench ARGS=--quick`` run
 (``tests/unit/data/bench_quick_sample.jsonl``, recorded on the shared 2-core machine at load
-average 2.7–4.1): every scenario gets its table with the peers and ratios, and each target's met /
+average 2.7–4.1; its last two lines, ``fireledger-postgres-split``'s steady ones, from a later
+``bench/run.py --only steady --systems fireledger-postgres-split --quick`` at load 6–7): every
+scenario gets its table with the peers and ratios, and each target's met /
 missed / not measured follows the bound it states — checked by moving one figure across the bound,
 not against hand-entered verdicts. Also the size forms and the group deadline of ``bench/run.py``
 (``bench/forms.py``, ``benchkit.Deadline``). No benchmark runs here."""
@@ -155,6 +157,26 @@ def test_steady_is_met_only_by_a_60s_run_at_the_rate_and_missed_when_the_ladder_
     assert got.status == targets.MISSED and "2,000/s held 60 s" in got.figure
 
 
+def test_steady_on_postgres_split_planes_is_judged_from_its_own_lines():
+    lines = sample()
+    mine = [x for x in lines if x["scenario"].startswith("steady-") and x["scenario"][7:].isdigit()
+            and x["system"] == targets.PG_SPLIT]
+    assert mine and all(x["topology"] == "postgres-split" and x["durable"] for x in mine)
+    others = [x for x in lines if x["system"] != targets.PG_SPLIT]
+    real = verdict(lines, "steady on PostgreSQL split planes")
+    assert real.status == (targets.MET if any(x["sustained"] and x["duration_s"] >= 60 and x["rate"] >= 2500
+                                              for x in mine) else targets.MISSED)
+    assert f"{mine[0]['delivered']:,}/{mine[0]['n']:,} delivered" in real.figure or real.status == targets.MET
+    assert verdict(others, "steady on PostgreSQL split planes").status == targets.NOT_MEASURED
+    # the SQLite target does not read the split planes' lines, nor they the SQLite ones
+    assert verdict(others, "steady: ≥") == verdict(lines, "steady: ≥")
+    held = {**copy.deepcopy(mine[0]), "scenario": "steady-3000", "rate": 3000, "duration_s": 60, "sustained": True}
+    assert verdict([*others, held], "steady on PostgreSQL split planes").status == targets.MET
+    held.update({"rate": 2000, "scenario": "steady-2000"})
+    low = verdict([*others, held], "steady on PostgreSQL split planes")
+    assert low.status == targets.MISSED and "2,000/s held 60 s" in low.figure
+
+
 def test_overload_needs_every_fire_and_p99_within_1s_and_the_size_the_target_names():
     lines = sample()
     rows = [x for x in lines if x["scenario"] == "tenant-overload" and x["receiver"] == "stdlib-http-server"
@@ -209,8 +231,11 @@ def test_the_forms_and_their_size_flags():
     forms.add_flags(ap)
     quick = forms.form_of(ap.parse_args(["--quick"]), ap)
     assert quick.overload_sizes == (300,) and quick.steady_confirm_s is None and quick.burst_sizes == (2000,)
+    assert quick.steady_split_rates == (1000,) and forms.Form().steady_split_rates == forms.LADDER
     full = forms.form_of(ap.parse_args(["--burst-sizes", "45000", "--overload-sizes", "100",
-                                        "--overload-duration-s", "10", "--steady-confirm-s", "10"]), ap)
+                                        "--overload-duration-s", "10", "--steady-confirm-s", "10",
+                                        "--steady-rates", "500"]), ap)
+    assert full.steady_rates == full.steady_peer_rates == full.steady_split_rates == (500,)
     assert full.burst_sizes == (45_000,) and full.overload_sizes == (100,) and full.overload_duration_s == 10
     assert full.steady_confirm_s == 10 and full.burst_deadline_s(45_000) == 150 and not full.quick
     assert set(full.deadlines) == set(quick.deadlines)
