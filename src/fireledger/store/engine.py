@@ -3,7 +3,8 @@
 Two real engines share one schema shape and one query set:
 
 * SQLite (embedded default): WAL, ``BEGIN IMMEDIATE`` for every write transaction, a connection
-  per thread, ``busy_timeout`` so concurrent processes (``serve`` and an operator command) queue.
+  per thread; writers of several processes queue on ``<db>-writer.lock`` (decision 0218), with
+  ``busy_timeout`` as the backstop (writers that do not take that file).
 * PostgreSQL (psycopg 3): a connection per thread, READ COMMITTED, ``FOR UPDATE SKIP LOCKED``
   claims; ``connect_timeout`` (``FIRELEDGER_PG_CONNECT_TIMEOUT_S``, default 5 s) and
   ``statement_timeout`` (``FIRELEDGER_PG_STATEMENT_TIMEOUT_MS``, default 30 000 ms; lock waits count
