@@ -316,16 +316,19 @@ def check_restored(db_path: Path, on_step: Callable[[str, int, int], None] | Non
 def install_restored(tmp: Path, dest: Path) -> None:
     """Put the checked copy ``tmp`` in place of ``dest``: the destination's WAL, shared memory and
     Litestream state go first (a stale WAL would be replayed onto the new file), then an atomic
-    rename; the copy's own WAL, if one was left, moves with it."""
+    rename; the copy's own WAL, if one was left, moves with it, and its writer-queue file is removed."""
     for old in sidecars(dest):
         if old.is_dir():
             shutil.rmtree(old)
         elif old.exists():
             old.unlink()
+    from fireledger.store.writerlock import SUFFIX
+
     for suffix in ("-wal", "-shm"):
         side = tmp.with_name(tmp.name + suffix)
         if side.exists():
             os.replace(side, dest.with_name(dest.name + suffix))
+    tmp.with_name(tmp.name + SUFFIX).unlink(missing_ok=True)   # the copy's writer queue (decision 0218)
     os.replace(tmp, dest)
 
 

@@ -3,7 +3,8 @@
 Two real engines share one schema shape and one query set:
 
 * SQLite (embedded default): WAL, ``BEGIN IMMEDIATE`` for every write transaction, a connection
-  per thread, ``busy_timeout`` so concurrent processes (``serve`` and an operator command) queue.
+  per thread; writers of several processes queue on ``<db>-writer.lock`` (decision 0218), with
+  ``busy_timeout`` as the backstop (writers that do not take that file).
 * PostgreSQL (psycopg 3): a connection per thread, READ COMMITTED, ``FOR UPDATE SKIP LOCKED``
   claims; ``connect_timeout`` (``FIRELEDGER_PG_CONNECT_TIMEOUT_S``, default 5 s) and
   ``statement_timeout`` (``FIRELEDGER_PG_STATEMENT_TIMEOUT_MS``, default 30 000 ms; lock waits count
@@ -34,6 +35,7 @@ from fireledger.errors import FireledgerError
 
 from . import queries
 from .pool import DEFAULT_MAX_IDLE, ConnectionPool
+from .writerlock import WriterFileLock
 
 if TYPE_CHECKING:
     from fireledger.settings import Settings
@@ -179,6 +181,8 @@ class SqliteEngine(Engine):
         self.pool = ConnectionPool(self._open, lambda c: not c.in_transaction, _sqlite_close, max_idle)
         self._lock = threading.Lock()
         self._write_lock = threading.RLock()
+        #: The writer queue across processes (``<db>-writer.lock``, decision 0218).
+        self.writer_queue = WriterFileLock(path)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpointer = threading.Event()
         self._external_checkpoints = False
@@ -255,9 +259,11 @@ class SqliteEngine(Engine):
         handler *sleeps* between retries (up to 100 ms a step), so two threads of one process —
         the timing loop committing fires, the dispatcher settling attempts — would otherwise delay
         each other by whole sleep steps; the lock hands over the moment the holder commits.
-        Writers in other processes still meet at SQLite's lock and its busy timeout."""
+        Writers in other processes queue the same way on an ``flock`` of ``<db>-writer.lock``, taken
+        after the thread lock (:mod:`fireledger.store.writerlock`, decision 0218); SQLite's lock and
+        its busy timeout stay the guard (and the queue for writers that do not take the file lock)."""
         conn = self.connection()
-        with self._write_lock:
+        with self._write_lock, self.writer_queue.held():
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -311,6 +317,8 @@ class SqliteEngine(Engine):
             self._stop_checkpointer.set()
             t.join()
         self.pool.close_all()
+        with self._write_lock:
+            self.writer_queue.close()
 
 
 #: libpq options that notice a server whose machine vanished (power loss, partition: no FIN, no RST)
