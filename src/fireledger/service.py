@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -169,6 +170,7 @@ class _Planes:
     timing: TimingNode | None = None
     server: uvicorn.Server | None = None
     app: FastAPI | None = None
+    fire_listener: threading.Event | None = None   # set to stop the dispatcher's LISTEN thread (0221)
 
 
 def _process_clock(store: Store, settings: Settings) -> Clock:
@@ -205,6 +207,7 @@ def _start_planes(store: Store, clock: Clock, roles: Sequence[str], listen: str 
         planes.dispatcher = Dispatcher.from_settings(store, clock, node_id("dispatch"), settings, keys=keys,
                                                      issuer=issuer)
         planes.tasks.append(asyncio.create_task(planes.dispatcher.run(), name="dispatch"))
+        planes.fire_listener = _listen_for_fires(store, planes.dispatcher, loop)
     if "timing" in roles:
         def committed(_fires: Sequence[NewFire]) -> None:
             if planes.dispatcher is not None:
@@ -215,6 +218,20 @@ def _start_planes(store: Store, clock: Clock, roles: Sequence[str], listen: str 
     if "control" in roles:
         _start_control(planes, store, clock, listen, keys, listen_socket, settings)
     return planes
+
+
+def _listen_for_fires(store: Store, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> threading.Event | None:
+    """On an engine that notifies (PostgreSQL): ``LISTEN fireledger_fires`` on a dedicated connection
+    and wake ``dispatcher`` per notification — fires committed by a timing plane in any process are
+    claimed at once instead of at the idle poll, which stays the backstop when the listener is down
+    (decision 0221). Returns the event that stops the listener; None without notifications."""
+    if not store.engine.caps.notify:
+        return None
+    from fireledger.store.listen import FIRES_CHANNEL, ChannelListener
+
+    listener = ChannelListener(getattr(store.engine, "url", ""), lambda: dispatcher.wake_threadsafe(loop),
+                               FIRES_CHANNEL, what="fire listener")
+    return listener.start("dispatch-listen")
 
 
 def _start_control(planes: _Planes, store: Store, clock: Clock, listen: str | None, keys: KeyRingFile | None,
@@ -336,6 +353,8 @@ async def _stop_planes(planes: _Planes, stop_s: float) -> None:
         planes.timing.stop()
     if planes.dispatcher is not None:
         planes.dispatcher.stop(drain_s=stop_s * 0.5)
+    if planes.fire_listener is not None:
+        planes.fire_listener.set()
     if planes.server is not None:
         planes.server.should_exit = True
     _, late = await asyncio.wait(planes.tasks, timeout=max(0.0, deadline - loop.time()))

@@ -19,7 +19,8 @@ seconds:
   recovery lanes (see the decision), hence off unless chosen.
 * ``dispatch_idle_s`` (default 0.5): the longest the dispatcher sleeps with nothing to claim, which
   bounds how late a split ``dispatch`` process (no hand-off from a timing plane in its process, no
-  notification) starts a fire committed by another process.
+  notification: SQLite, or PostgreSQL while its ``LISTEN fireledger_fires`` is down, decision 0221)
+  starts a fire committed by another process.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ Contracts (:class:`~fireledger.store.protocols.TimingStore` states each one):
   who decided: a fire whose key exists inserts nothing (decided elsewhere), and when the due row
   moved the fires this call inserted for it are removed again.
 * Instants come from the caller (``now_us``, ``until_us``): the store never reads a clock.
+* On an engine that notifies (PostgreSQL), a transaction that inserted fires also sends ONE
+  ``NOTIFY fireledger_fires`` (payload: how many fires it inserted, nothing else), so it is delivered
+  at commit only and never for a rolled-back transaction: dispatch processes listening
+  (:mod:`fireledger.store.listen`) claim at once instead of at their idle poll (decision 0221).
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ queries.register(
                                            each="json_each(:ids) j")},
     {"postgres": {"tm_latest_tzdata": _LATEST_TZ.format(a="j->>0", t="j->>1",
                                                         each="jsonb_array_elements(CAST(:ids AS jsonb)) j")}})
+# Fires committed: one notification per transaction, its payload a count (decision 0221). SQLite has
+# no notifications; the statement is run only where ``engine.caps.notify``.
+queries.register({"tm_notify_fires": "SELECT :n"},
+                 {"postgres": {"tm_notify_fires": "SELECT pg_notify('fireledger_fires', CAST(:n AS text))"}})
 
 
 class SqlTiming(TimingLeases):
@@ -89,6 +97,7 @@ class SqlTiming(TimingLeases):
                 for d in decisions:
                     if d.updates:   # overlap: a held fire superseded (every row advanced here)
                         self._apply_fire_updates(c, d.updates)
+                self._announce_fires(c, sum(len(o.inserted) for o in fast))
                 return fast
             for d in decisions:
                 inserted = []
@@ -110,6 +119,7 @@ class SqlTiming(TimingLeases):
                 if advanced and d.updates:   # overlap: a held fire superseded, only with its decision
                     self._apply_fire_updates(c, d.updates)
                 outcomes.append(ClaimOutcome(a.trigger_id, advanced, tuple(inserted)))
+            self._announce_fires(c, sum(len(o.inserted) for o in outcomes))
         return outcomes
 
     def _apply_all_or_nothing(self, c: Any, decisions: Sequence[Decision]) -> list[ClaimOutcome] | None:
@@ -165,6 +175,7 @@ class SqlTiming(TimingLeases):
                     inserted.append(f)
             if audit is not None and inserted:
                 self._audit(c, audit)
+            self._announce_fires(c, len(inserted))
         return inserted
 
     def overlap_facts(self, triggers: Sequence[tuple[str, str]]) -> dict[str, OverlapFacts]:
@@ -202,7 +213,9 @@ class SqlTiming(TimingLeases):
         if not updates:
             return []
         with self.engine.write() as c:
-            return self._apply_fire_updates(c, updates)
+            changed = self._apply_fire_updates(c, updates)
+            self._announce_fires(c, sum(changed))   # released fires are due to dispatch now
+            return changed
 
     def latest_tzdata(self, triggers: Sequence[tuple[str, str]]) -> dict[str, str]:
         """The tzdata version recorded on each ``(tenant_id, trigger_id)``'s latest decided instant
@@ -226,6 +239,12 @@ class SqlTiming(TimingLeases):
                 return False
             self._audit(c, audit)
         return True
+
+    def _announce_fires(self, c: Any, inserted: int) -> None:
+        """Inside the write transaction ``c``: when it inserted fires and the engine notifies, queue
+        one ``fireledger_fires`` notification (delivered at commit, dropped by a rollback)."""
+        if inserted > 0 and self.engine.caps.notify:
+            c.execute(self.q["tm_notify_fires"], {"n": str(inserted)})
 
     def _apply_fire_updates(self, c: Any, updates: Sequence[FireUpdate]) -> list[bool]:
         return [expect_one(c.execute(self.q["ov_update"], update_params(u)).rowcount, "overlap fire update")

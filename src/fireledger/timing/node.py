@@ -37,6 +37,7 @@ from fireledger.domain.model import NewFire
 from fireledger.settings import Settings
 from fireledger.store import Store, StoreError
 from fireledger.store.engine import dead_peer_options
+from fireledger.store.listen import DEFINITIONS_CHANNEL, ChannelListener
 
 from .clockguard import StepGuardClock
 from .leases import LeaseManager, LeaseSettings
@@ -45,37 +46,15 @@ from .shadow import ShadowRebuilder, ShadowSettings
 
 log = logging.getLogger("fireledger.timing")
 
-CHANNEL = "fireledger_definitions"
+CHANNEL = DEFINITIONS_CHANNEL
 
 
-class DefinitionListener:
+class DefinitionListener(ChannelListener):
     """``LISTEN`` for definition changes on a dedicated PostgreSQL connection; ``on_change()`` per
     notification. Reconnects after an error (the loop's capped sleep covers the gap)."""
 
     def __init__(self, url: str, on_change: Callable[[], None], channel: str = CHANNEL) -> None:
-        self.url = url
-        self.on_change = on_change
-        self.channel = channel
-        self.received = 0
-        self.listening = threading.Event()
-
-    def run(self, stop: threading.Event) -> None:
-        import psycopg
-
-        while not stop.is_set():
-            try:
-                with psycopg.connect(self.url, autocommit=True, connect_timeout=10,
-                                     **dead_peer_options(self.url)) as conn:
-                    conn.execute(f"LISTEN {self.channel}")
-                    self.listening.set()
-                    while not stop.is_set():
-                        for _ in conn.notifies(timeout=1.0):
-                            self.received += 1
-                            self.on_change()
-            except Exception as exc:
-                self.listening.clear()
-                log.warning("definition listener: %s; reconnecting (the loop still polls)", exc)
-                stop.wait(1.0)
+        super().__init__(url, on_change, channel, what="definition listener")
 
 
 class ServerClockProbe:
