@@ -299,9 +299,9 @@ def test_one_plan_of_a_huge_catch_up_is_bounded_and_the_slices_decide_every_inst
     decided: list[NewFire] = []
     plans = 0
     while True:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()   # CPU of this thread: other work on the machine does not count
         d = plan_due(row, _every_second, pol, ctx)
-        assert time.perf_counter() - t0 < 1.0
+        assert time.thread_time() - t0 < 1.0   # the whole horizon in one plan took seconds of CPU
         plans += 1
         assert len(d.fires) <= 2 * ENUMERATION_CAP + 1, len(d.fires)
         decided.extend(d.fires)
