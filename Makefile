@@ -6,7 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
+<<<<<<< HEAD
 .PHONY: venv run test lint typecheck bench bench-report falsify clean
+=======
+.PHONY: venv run test test-long lint typecheck bench falsify clean
+>>>>>>> s6-suite
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +38,12 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy src/fireledger
 	$(BIN)/python -m pytest $(ARGS)
+
+# The long forms left out of `make test` (tests marked `long`, decision 0203): the [postgres] forms of
+# the end-to-end tests whose store behaviour the contract suite shows on both engines.
+test-long: $(STAMP)
+	./scripts/ensure-postgres.sh >/dev/null
+	FIRELEDGER_TEST_LONG=1 $(BIN)/python -m pytest -m long $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench falsify

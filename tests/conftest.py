@@ -43,9 +43,26 @@ def pg_server() -> Iterator[PgServer]:
         yield server
 
 
-def _engine_params() -> list[Any]:
-    """``sqlite`` and ``postgres``, the latter marked ``postgres`` (``-m 'not postgres'`` leaves it out)."""
-    return [pytest.param(e, marks=pytest.mark.postgres) if e == "postgres" else e for e in ENGINES]
+def _engine_params(long_on_postgres: bool = False) -> list[Any]:
+    """``sqlite`` and ``postgres``, the latter marked ``postgres`` (``-m 'not postgres'`` leaves it out)
+    and, with ``long_on_postgres``, ``long`` too (run by ``make test-long``, not by ``make test``)."""
+    pg_marks = [pytest.mark.postgres, *([pytest.mark.long] if long_on_postgres else [])]
+    return [pytest.param(e, marks=pg_marks) if e == "postgres" else e for e in ENGINES]
+
+
+def _long_runs(config: pytest.Config) -> bool:
+    """Whether this run includes the ``long`` forms: ``FIRELEDGER_TEST_LONG=1`` or a ``-m`` naming them."""
+    return os.environ.get("FIRELEDGER_TEST_LONG") == "1" or "long" in (config.getoption("markexpr") or "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``long`` tests (decision 0203) are left out of ``make test`` unless asked for (:func:`_long_runs`)."""
+    if _long_runs(config):
+        return
+    long = [item for item in items if item.get_closest_marker("long") is not None]
+    if long:
+        config.hook.pytest_deselected(items=long)
+        items[:] = [item for item in items if item.get_closest_marker("long") is None]
 
 
 @pytest.fixture(params=_engine_params())
@@ -67,11 +84,7 @@ def caps(store: Store) -> EngineCaps:
     return EngineCaps.of(store)
 
 
-@pytest.fixture(params=_engine_params())
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database URL once per engine, for tests that start real processes on it: a SQLite file
-    not yet created (``fireledger serve`` migrates it), or a PostgreSQL database migrated with
-    ``fireledger db upgrade`` as an operator would."""
+def _database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/fl.db"
     from e2e import cli
@@ -79,3 +92,18 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url = request.getfixturevalue("pg_server").new_database()
     cli("db", "upgrade", "--db", url)
     return str(url)
+
+
+@pytest.fixture(params=_engine_params())
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL once per engine, for tests that start real processes on it: a SQLite file
+    not yet created (``fireledger serve`` migrates it), or a PostgreSQL database migrated with
+    ``fireledger db upgrade`` as an operator would."""
+    return _database_url(request, tmp_path)
+
+
+@pytest.fixture(params=_engine_params(long_on_postgres=True))
+def e2e_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """:func:`db` for an end-to-end test whose store behaviour on PostgreSQL a contract test (both
+    engines, in ``make test``) already shows: its ``[postgres]`` form is ``long`` (decision 0203)."""
+    return _database_url(request, tmp_path)

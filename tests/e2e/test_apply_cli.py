@@ -52,15 +52,23 @@ def sink():
     s.stop()
 
 
-@pytest.fixture
-def served(tmp_path: Path):
-    db = f"sqlite:///{tmp_path}/fl.db"
-    svc = Service(db, tmp_path).start(timeout_s=60)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One ``serve`` for the module (decision 0203): each test works as its own tenant, which sees
+    nothing of another's (invariant 15), so the tests do not disturb each other."""
+    workdir = tmp_path_factory.mktemp("apply-serve")
+    db = f"sqlite:///{workdir}/fl.db"
+    svc = Service(db, workdir).start(timeout_s=60)
     try:
-        _, token = new_tenant(db)
-        yield svc, token
+        yield svc
     finally:
         svc.stop()
+
+
+@pytest.fixture
+def served(server: Service):
+    _, token = new_tenant(server.db)
+    return server, token
 
 
 def _apply(svc: Service, token: str, path: Path, *flags: str) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,8 @@ def sink():
     s.stop()
 
 
-def test_a_dead_fire_is_delivered_once_with_its_history(db, sink, tmp_path) -> None:
+def test_a_dead_fire_is_delivered_once_with_its_history(e2e_db, sink, tmp_path) -> None:
+    db = e2e_db   # [postgres] is a long form (decision 0203)
     svc = Service(db, tmp_path).start(timeout_s=60)
     try:
         _, token = new_tenant(db)

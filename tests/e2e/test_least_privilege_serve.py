@@ -19,7 +19,8 @@ from fireledger.recurrence import format_instant
 pytestmark = pytest.mark.e2e
 
 
-def test_runner_consumer_and_policy_grants_on_serve(db, tmp_path) -> None:
+def test_runner_consumer_and_policy_grants_on_serve(e2e_db, tmp_path) -> None:
+    db = e2e_db   # [postgres] is a long form (decision 0203)
     svc = Service(db, tmp_path).start(timeout_s=60)
     try:
         tenant_id, token = new_tenant(db)

@@ -26,7 +26,8 @@ def sink():
     s.stop()
 
 
-def test_a_dead_letter_is_redriven_under_its_original_key(db, sink, tmp_path) -> None:
+def test_a_dead_letter_is_redriven_under_its_original_key(e2e_db, sink, tmp_path) -> None:
+    db = e2e_db   # [postgres] is a long form (decision 0203)
     svc = Service(db, tmp_path).start(timeout_s=60)
     try:
         _, token = new_tenant(db)

@@ -27,7 +27,8 @@ def sink():
     s.stop()
 
 
-def test_two_specs_fire_once_and_excluded_instants_are_skipped_not_delivered(db, sink, tmp_path):
+def test_two_specs_fire_once_and_excluded_instants_are_skipped_not_delivered(e2e_db, sink, tmp_path):
+    db = e2e_db   # [postgres] is a long form (decision 0203)
     svc = Service(db, tmp_path).start()
     try:
         api, target_id = setup_tenant(svc.base, db, sink)

@@ -49,7 +49,8 @@ def expiring(base: str, tenant_id: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def test_renewed_by_http_and_dns_then_lapsed_with_a_warning_in_history(db, sink, dns, tmp_path) -> None:
+def test_renewed_by_http_and_dns_then_lapsed_with_a_warning_in_history(e2e_db, sink, dns, tmp_path) -> None:
+    db = e2e_db   # [postgres] is a long form (decision 0203)
     svc = Service(db, tmp_path, env={"FIRELEDGER_VERIFICATION_VALIDITY_S": "8",
                                      "FIRELEDGER_DNS_NAMESERVER": dns.nameserver}).start(timeout_s=60)
     try:
