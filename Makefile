@@ -6,11 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-<<<<<<< HEAD
-.PHONY: venv run test lint typecheck bench bench-report falsify clean
-=======
-.PHONY: venv run test test-long lint typecheck bench falsify clean
->>>>>>> s6-suite
+.PHONY: venv run test test-long lint typecheck bench bench-report falsify clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
