@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench falsify
 	$(BIN)/lint-imports
 	$(BIN)/mypy src/fireledger
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest --durations=25 $(ARGS)
 
 # The long forms left out of `make test` (tests marked `long`, decision 0203): the [postgres] forms of
 # the end-to-end tests whose store behaviour the contract suite shows on both engines.

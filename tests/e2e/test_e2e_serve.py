@@ -45,7 +45,8 @@ def fires_of(api: Api, trigger_id: str) -> list[dict]:
             return items
 
 
-def test_serve_delivers_one_shot_interval_and_cron_signed_and_on_time(db, sink, tmp_path):
+def test_serve_delivers_one_shot_interval_and_cron_signed_and_on_time(e2e_db, sink, tmp_path):
+    db = e2e_db   # [postgres] is long (0203): PostgreSQL serve delivers in the kill -9 and small-receiver tests
     svc = Service(db, tmp_path).start()
     try:
         api, target_id = setup_tenant(svc.base, db, sink)
