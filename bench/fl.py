@@ -159,6 +159,33 @@ def _cpu_s(pid: int) -> float:
     return total
 
 
+def watch_window(url: str, pids: list[int], sink: Sink, n: int, window: tuple[int, int],
+                 until_us: int) -> tuple[list[int], float]:
+    """Wait for ``n`` deliveries at the sink (or ``until_us``), polling the ledger's count of the
+    window's fires every 0.2 s. Returns ([when the last fire of the window was seen committed, ±0.2 s]
+    or [], the CPU seconds ``pids`` and their children used over the wait)."""
+    reader = Store.open(url)
+    mark = "?" if reader.engine_name == "sqlite" else "%s"
+    sql = f"SELECT COUNT(*) FROM fires WHERE scheduled_us >= {mark} AND scheduled_us < {mark}"
+    committed_at: list[int] = []
+    cpu0 = sum(_cpu_s(pid) for pid in pids)
+
+    def done() -> bool:
+        if not committed_at:
+            with reader.engine.read() as c:
+                if c.execute(sql, window).fetchone()[0] >= n:
+                    committed_at.append(time.time_ns() // 1000)
+        return sink.count() >= n or time.time_ns() // 1000 > until_us
+
+    try:
+        wait_until(done, (until_us - time.time_ns() // 1000) / S + 30, interval_s=0.2, what="deliveries")
+    except TimeoutError:
+        pass
+    finally:
+        reader.close()
+    return committed_at, sum(_cpu_s(pid) for pid in pids) - cpu0
+
+
 def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tuple[int, int], until_us: int,
           loaded_us: int, profile: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """Wait for ``n`` deliveries (or ``until_us``), stop ``serve``, read the sink and the ledger."""
@@ -171,27 +198,8 @@ def _wait(serve: Serve, tmp: Path, sink: Sink, *, n: int, t0_us: int, window: tu
             spy = subprocess.Popen([str(exe) if exe.exists() else "py-spy", "record", "--pid", str(serve.pid),
                                     "--format", "raw", "--output", str(raw), "--rate", "250", "--nonblocking"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        reader = Store.open(serve.url)
-        committed_at: list[int] = []
-        cpu0 = _cpu_s(serve.pid)
-
-        def done() -> bool:
-            if not committed_at:
-                with reader.engine.read() as c:
-                    got = c.execute("SELECT COUNT(*) FROM fires WHERE scheduled_us >= ? AND scheduled_us < ?",
-                                    window).fetchone()[0]
-                if got >= n:
-                    committed_at.append(time.time_ns() // 1000)
-            return sink.count() >= n or time.time_ns() // 1000 > until_us
-
-        try:
-            wait_until(done, (until_us - time.time_ns() // 1000) / S + 30, interval_s=0.2, what="deliveries")
-        except TimeoutError:
-            pass
-        finally:
-            reader.close()
+        committed_at, cpu = watch_window(serve.url, [serve.pid], sink, n, window, until_us)
         complete = sink.count() >= n
-        cpu = _cpu_s(serve.pid) - cpu0
         if spy is not None:
             spy.send_signal(2)
             spy.wait(timeout=60)

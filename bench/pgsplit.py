@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchkit import SECRET, Planes, S, Sink, Stores, failed_line, load_stream, machine, say, summarise, wait_until
+from benchkit import SECRET, Planes, S, Sink, Stores, failed_line, load_stream, machine, say, summarise
 from fireledger.store import Store
-from fl import _cpu_s, ledger_facts
+from fl import ledger_facts, watch_window
 from load import tenant_and_target
 
 TOPOLOGY = "postgres-split"
@@ -94,29 +94,8 @@ class Steady:
 
 
 def _wait(url: str, planes: Planes, sink: Sink, n: int, window: tuple[int, int], until_us: int) -> dict[str, Any]:
-    """Wait for ``n`` deliveries (or ``until_us``), polling the ledger's fire count every 0.2 s
-    (``committed_all_us``: when the last fire of the window was seen committed, ±0.2 s); the planes'
-    CPU over the wait, per fire delivered."""
-    reader = Store.open(url)
-    committed: list[int] = []
-    cpu0 = sum(_cpu_s(pid) for pid in planes.pids)
-
-    def done() -> bool:
-        if not committed:
-            with reader.engine.read() as c:
-                got = c.execute("SELECT COUNT(*) FROM fires WHERE scheduled_us >= %s AND scheduled_us < %s",
-                                window).fetchone()[0]
-            if got >= n:
-                committed.append(time.time_ns() // 1000)
-        return sink.count() >= n or time.time_ns() // 1000 > until_us
-
-    try:
-        wait_until(done, (until_us - time.time_ns() // 1000) / S + 30, interval_s=0.2, what="deliveries")
-    except TimeoutError:
-        pass
-    finally:
-        reader.close()
-    cpu = sum(_cpu_s(pid) for pid in planes.pids) - cpu0
+    """Wait for ``n`` deliveries (or ``until_us``): :func:`fl.watch_window` over the planes' processes."""
+    committed, cpu = watch_window(url, list(planes.pids), sink, n, window, until_us)
     got = sink.count()
     return {"complete": got >= n, "committed_all_us": committed[0] if committed else None,
             "planes_cpu_us_per_fire": round(cpu * S / max(1, got), 1)}
