@@ -207,7 +207,8 @@ def _start_planes(store: Store, clock: Clock, roles: Sequence[str], listen: str 
         planes.dispatcher = Dispatcher.from_settings(store, clock, node_id("dispatch"), settings, keys=keys,
                                                      issuer=issuer)
         planes.tasks.append(asyncio.create_task(planes.dispatcher.run(), name="dispatch"))
-        planes.fire_listener = _listen_for_fires(store, planes.dispatcher, loop)
+        if "timing" not in roles:   # with timing here, its commits hand off in-process (0195): no second wake
+            planes.fire_listener = _listen_for_fires(store, planes.dispatcher, loop)
     if "timing" in roles:
         def committed(_fires: Sequence[NewFire]) -> None:
             if planes.dispatcher is not None:
