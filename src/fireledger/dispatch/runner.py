@@ -274,6 +274,12 @@ class Dispatcher:
                 await self._flush_event.wait()
                 self._flush_event.clear()
                 continue
+            if (claiming := self._claiming) is not None and not self._stopping:
+                # A claim round is in the store: the loop's next round takes these results into its
+                # transaction (decision 0233); what it leaves (no round follows) is recorded here.
+                await asyncio.wait({claiming})
+                await asyncio.sleep(0)
+                continue
             if (pause := self.settle_gather_s - (loop.time() - last)) > 0 and not self._stopping:
                 await asyncio.sleep(pause)   # results finishing meanwhile share the transaction (0152)
             batch, self._results, last = self._results, [], loop.time()
@@ -300,10 +306,13 @@ class Dispatcher:
 
     # --- the loop -------------------------------------------------------------------------------
 
-    def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
-        now = self.clock.now()
-        return self.store.dispatch.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                                LEASE_MARGIN_US)
+    def _claim(self, cap: shaping.Capacity, fetch: dict[str, int],
+               batch: list[Settlement]) -> tuple[list[bool], ClaimResult]:
+        now_us = self.clock.now().latest_us
+        shaper = _Shaper(self.config, cap)
+        if batch:   # the results finished since the last round, in the claim's transaction (decision 0233)
+            return self.store.dispatch.settle_and_claim(batch, now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
+        return [], self.store.dispatch.claim_shaped(now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
 
     def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane
@@ -318,19 +327,31 @@ class Dispatcher:
         t.add_done_callback(self._tasks.discard)
 
     async def _claim_round(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
-                           cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult | None:
+                           cap: shaping.Capacity, fetch: dict[str, int], fold: bool = False) -> ClaimResult | None:
         """One claim transaction at the clock's current reading, in ``executor``; ``None`` when
-        :meth:`stop` abandoned it while it was still in the store. Raises what the store raised."""
+        :meth:`stop` abandoned it while it was still in the store. Raises what the store raised.
+        ``fold``: the attempt results waiting to be recorded go in the same transaction, recorded
+        before the claim reads (``settle_and_claim``, decision 0233); when it raises or is abandoned
+        they are kept for the flusher (whose call runs after this one in the store thread)."""
         started = loop.time()
-        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch)
+        batch: list[Settlement] = []
+        if fold:
+            batch, self._results = self._results, []
+        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch, batch)
         try:
-            res = await claiming
-        except asyncio.CancelledError:
+            oks, res = await claiming
+        except BaseException:
+            if batch:
+                self._results[:0] = batch
+                if self._flush_event is not None:
+                    self._flush_event.set()
             if self._stopping and claiming.cancelled():
                 return None   # stop() does not wait for a claim stuck in the store
             raise
         finally:
             self._claiming = None
+        if batch:
+            self.delivered += sum(1 for st, ok in zip(batch, oks, strict=True) if ok and st.state == "delivered")
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
                       sum(res.waiting.values()), (loop.time() - started) * 1000)
@@ -452,7 +473,7 @@ class Dispatcher:
                 self._left = True   # until a claim round says otherwise (no free slot: work may be left)
                 if fetch:
                     try:
-                        got = await self._claim_round(loop, executor, cap, fetch)
+                        got = await self._claim_round(loop, executor, cap, fetch, fold=True)
                         if got is None:
                             break   # stop() does not wait for a claim stuck in the store
                         res = got

@@ -153,27 +153,42 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         The candidates are a bounded batch read inside the transaction (:mod:`.claim_sql`, decision
         0130): what a claim reads does not grow with the backlog, on either engine.
         """
-        q = self.q
         with self.engine.write() as c:
-            cands = self._ranked_candidates(c, now_us, fetch)
-            offered = {lane: len(v) for lane, v in cands.items()}
-            if not any(offered.values()):
-                return ClaimResult([], None, {}, offered)
-            keys = shaper.bucket_keys(cands)
-            tats: dict[str, int] = {}
-            if keys:
-                c.execute(q["dp_bucket_seed"], {"ids": json.dumps(keys)})
-                tats = {k: int(t) for k, t in c.execute(q["dp_bucket_lock"], {"ids": json.dumps(keys)}).fetchall()}
-            tenants = {f.tenant_id for fs in cands.values() for f in fs}
-            quotas = {r[0]: (float(r[1]), int(r[2]), float(r[3]))
-                      for r in c.execute(q["dp_quotas"], {"ids": _ids(tenants)}).fetchall()}
-            inflight = {r[0]: int(r[1]) for r in c.execute(
-                q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
-            decision = shaper.decide(ClaimSnapshot(now_us, cands, quotas, inflight, tats))
-            jobs = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
-            if decision.tats:
-                c.cursor().executemany(q["dp_bucket_set"], [
-                    {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
+            return self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+
+    def settle_and_claim(self, items: Sequence[Settlement], now_us: int, owner: str, fetch: Mapping[str, int],
+                         shaper: Shaper, lease_margin_us: int) -> tuple[list[bool], ClaimResult]:
+        """:meth:`settle_dispatch` of ``items``, then :meth:`claim_shaped`, in ONE transaction
+        (decision 0233): the results are recorded first, so the claim sees the in-flight quota they
+        free, and nothing of either is durable before the commit. Returns what each would return.
+        Raises, with nothing recorded and nothing leased, when either refuses as a whole."""
+        with self.engine.write() as c:
+            oks = self._settle_in(c, items, now_us) if items else []
+            return oks, self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+
+    def _claim_in(self, c: Any, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
+                  lease_margin_us: int) -> ClaimResult:
+        """:meth:`claim_shaped` inside the caller's write transaction ``c``."""
+        q = self.q
+        cands = self._ranked_candidates(c, now_us, fetch)
+        offered = {lane: len(v) for lane, v in cands.items()}
+        if not any(offered.values()):
+            return ClaimResult([], None, {}, offered)
+        keys = shaper.bucket_keys(cands)
+        tats: dict[str, int] = {}
+        if keys:
+            c.execute(q["dp_bucket_seed"], {"ids": json.dumps(keys)})
+            tats = {k: int(t) for k, t in c.execute(q["dp_bucket_lock"], {"ids": json.dumps(keys)}).fetchall()}
+        tenants = {f.tenant_id for fs in cands.values() for f in fs}
+        quotas = {r[0]: (float(r[1]), int(r[2]), float(r[3]))
+                  for r in c.execute(q["dp_quotas"], {"ids": _ids(tenants)}).fetchall()}
+        inflight = {r[0]: int(r[1]) for r in c.execute(
+            q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
+        decision = shaper.decide(ClaimSnapshot(now_us, cands, quotas, inflight, tats))
+        jobs = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
+        if decision.tats:
+            c.cursor().executemany(q["dp_bucket_set"], [
+                {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
         return ClaimResult(jobs, decision.wake_us, dict(decision.waiting), offered)
 
     def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
@@ -279,19 +294,20 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         with a cause naming the error class (never a value), and False is returned for it. Only an
         error that is not the item's (the store is down) raises, with nothing recorded.
         """
+        with self.engine.write() as c:
+            return self._settle_in(c, items, now_us)
+
+    def _settle_in(self, c: Any, items: Sequence[Settlement], now_us: int) -> list[bool]:
+        """:meth:`settle_dispatch` inside the caller's write transaction ``c``."""
         items = [it if it.next_attempt_us is None or MIN_US <= it.next_attempt_us <= MAX_US
                  else replace(it, next_attempt_us=clamp_us(it.next_attempt_us)) for it in items]
-        out: list[bool] = []
-        with self.engine.write() as c:
-            try:
-                if self._settle_all(c, items, now_us):
-                    return [True] * len(items)
-            except Exception as exc:   # refused as a whole (rolled back to its savepoint): item by item
-                log.warning("recording %d attempt results in bulk failed (%s); recording them one by one",
-                            len(items), type(exc).__name__)
-            for it in items:
-                out.append(self._settle_guarded(c, it, now_us))
-        return out
+        try:
+            if self._settle_all(c, items, now_us):
+                return [True] * len(items)
+        except Exception as exc:   # refused as a whole (rolled back to its savepoint): item by item
+            log.warning("recording %d attempt results in bulk failed (%s); recording them one by one",
+                        len(items), type(exc).__name__)
+        return [self._settle_guarded(c, it, now_us) for it in items]
 
     def _settle_one(self, c: Any, it: Settlement, now_us: int) -> bool:
         q = self.q
