@@ -106,7 +106,7 @@ class Dispatcher:
         self.admitted: Counter[str] = Counter()   # by service class, since start
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
-        self._claiming: asyncio.Future[ClaimResult] | None = None
+        self._claiming: asyncio.Future[tuple[list[bool], ClaimResult]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()   # attempts started and not yet finished
         self._running = False
         self._step_executor: ThreadPoolExecutor | None = None   # the stepping API's store thread
