@@ -26,13 +26,11 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 
 from fireledger.clock import Clock
-from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
 from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob, Lane
+from fireledger.domain.model import DispatchJob
 from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS, labelled
-from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
 from fireledger.settings import Settings
@@ -44,7 +42,7 @@ from .http import HttpRequest, HttpResult, HttpSender
 from .internal import PREFIX as INTERNAL_PREFIX
 from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .settling import _Shaper, age_origin_us, decode_payload, dispatch_body, settle, settle_on_error
+from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error, time_to_next_s
 
 __all__ = ["Dispatcher", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
@@ -126,24 +124,6 @@ class Dispatcher:
         kw.setdefault("idle_s", settings.pacing.dispatch_idle_s)   # FIRELEDGER_DISPATCH_IDLE_S (decision 0150)
         kw.setdefault("settle_gather_s", settings.pacing.dispatch_settle_gather_s)   # decision 0152
         return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
-
-    def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
-        """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until
-        the trigger's next instant after it. A caught-up or backfilled fire's next instant has passed
-        already, so it gets the same span — its period — counted from its first attempt (decision
-        0032): retries are bounded the same way whatever lane the fire drains in. Not a dead letter's
-        delivery record, whose retries follow only its own (default) retry policy."""
-        f = job.fire
-        try:
-            rec = recurrence_for(f.trigger_id, f.version, job.schedule)
-            nxt = next_us(rec, f.scheduled_us)
-        except RecurrenceError:
-            return None
-        if nxt is None or f.kind == "dead-letter":   # a dead letter's delivery: the schedule does not bound it (0178)
-            return None
-        if f.redriven_us is not None or f.lane != Lane.ON_TIME.value:   # redriven: from the redrive (0148)
-            nxt = age_origin_us(f) + (nxt - f.scheduled_us)
-        return max(0.0, (nxt - now_us) / 1e6)
 
     def wake(self) -> None:
         """Fires were committed in this process: claim now instead of at the next idle poll."""
@@ -233,7 +213,7 @@ class Dispatcher:
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             # The time left before the next instant bounds retries only: not computed for a final result.
-            until_next = None if res.outcome in ("delivered", "failed") else self._until_next(job, now_us)
+            until_next = None if res.outcome in ("delivered", "failed") else time_to_next_s(job, now_us)
             self._results.append(settle(job, res, now_us, random.random(), until_next))
             recorded = True
             level = logging.DEBUG if res.outcome == "delivered" else logging.INFO
