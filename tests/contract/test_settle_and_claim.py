@@ -4,6 +4,8 @@ and nothing of either durable when either is refused."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fireledger.dispatch.lanes import DispatchConfig
@@ -11,7 +13,7 @@ from fireledger.dispatch.runner import _Shaper
 from fireledger.dispatch.shaping import Capacity
 from fireledger.domain.dispatch_records import Settlement
 from fireledger.domain.keys import FireKey
-from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
+from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire, Policies
 from storekit import T0, add_target, add_tenant, add_trigger
 
 S = 1_000_000
@@ -83,3 +85,25 @@ def test_a_refused_claim_records_none_of_the_results(store):
     oks, _ = store.dispatch.settle_and_claim([_delivered(a.job)], now, "d", {"on-time": 50}, _shaper(), MARGIN)
     assert oks == [True]
     assert store.history.get_fire(FireKey(t.id, trig.id, a.job.fire.scheduled_us, a.job.fire.seq)).state == "delivered"
+
+
+def test_a_claim_describes_each_fire_by_its_own_version_when_versions_are_remembered(store):
+    """Decision 0236: a dispatch store remembers the trigger versions its claims read (a committed
+    version never changes); a fire of a version written later is still described by that version."""
+    t = add_tenant(store)
+    trig, v1, _ = add_trigger(store, t, add_target(store, t), {"every": "60s"}, policies=Policies(max_attempts=3))
+    _put(store, trig, [T0])
+    now = T0 + S
+    [a] = store.dispatch.claim_shaped(now, "d", {"on-time": 5}, _shaper(), MARGIN).jobs
+    assert (a.job.fire.version, a.job.payload, a.job.policies.max_attempts) == (1, v1.payload, 3)
+    v2 = dataclasses.replace(v1, version=2, payload=v1.payload + b"-v2", created_us=T0 + 2 * S,
+                             policies=Policies(max_attempts=7))
+    assert store.registry.amend_trigger(store.registry.get_trigger(t.id, trig.id), v2, "renamed", None, T0 + 2 * S)
+    fires = tuple(NewFire(t.id, trig.id, T0 + 3 * S + i, 0, version, FireKind.SCHEDULED, Lane.ON_TIME,
+                          FireState.PENDING, T0, "2026f", "t") for i, version in enumerate((1, 2)))
+    store.timing.insert_fires(list(fires))
+    got = store.dispatch.claim_shaped(T0 + 10 * S, "d", {"on-time": 5}, _shaper(), MARGIN).jobs
+    by_version = {c.job.fire.version: c.job for c in got}
+    assert set(by_version) == {1, 2}
+    assert (by_version[1].payload, by_version[1].policies.max_attempts) == (v1.payload, 3)
+    assert (by_version[2].payload, by_version[2].policies.max_attempts) == (v2.payload, 7)

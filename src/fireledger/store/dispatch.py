@@ -55,6 +55,8 @@ from .queues import OutcomeRejected
 from .redrive import DispatchRedrive
 
 log = logging.getLogger("fireledger.store")
+#: Trigger versions a dispatch store remembers (each holds its sealed payload and schedule).
+VERSIONS_CACHED = 4096
 
 
 class SqlDispatch(DispatchRedrive, DispatchDrains):
@@ -66,6 +68,8 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         super().__init__(engine, append_audit)
         #: Where each lane's tenant walk starts at this process's next claim (decision 0130).
         self._rotation = claim_sql.Rotation()
+        #: Trigger versions a claim read (committed, and never changed once written): decision 0236.
+        self._versions: dict[tuple[str, int], TriggerVersion] = {}
 
     def claim_dispatch(self, lane: str, now_us: int, limit: int, owner: str,
                        lease_us: int, lease_margin_us: int = 0) -> list[DispatchJob]:
@@ -208,11 +212,7 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         if not admitted:
             return []
         q = self.q
-        pairs = sorted({(f.trigger_id, f.version) for f, _ in admitted})
-        versions: dict[tuple[str, int], TriggerVersion] = {}
-        for row in c.execute(q["dp_versions"], {"ids": json.dumps(pairs)}).fetchall():
-            v = rec.version(row)
-            versions[(v.trigger_id, v.version)] = v
+        versions = self._versions_of(c, {(f.trigger_id, f.version) for f, _ in admitted})
         want = {tid for f, _ in admitted if (tid := _target_of(f, versions.get((f.trigger_id, f.version))))}
         targets = {r[0]: rec.target(r) for r in c.execute(q["dp_targets"], {"ids": _ids(want)}).fetchall()}
         jobs: list[ClaimedJob] = []
@@ -256,6 +256,21 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
             raise StoreError(f"leasing {len(leases)} fires matched {cur.rowcount} rows")
         cur.executemany(q["dp_attempt"], attempts)
         return jobs
+
+    def _versions_of(self, c: Any, pairs: set[tuple[str, int]]) -> dict[tuple[str, int], TriggerVersion]:
+        """The trigger versions ``pairs`` names that exist: read once per process (a version row is
+        immutable once committed, and a claim reads only committed rows), at most
+        :data:`VERSIONS_CACHED` remembered, then forgotten all at once (decision 0236)."""
+        known = self._versions
+        out = {p: v for p in pairs if (v := known.get(p)) is not None}
+        missing = sorted(pairs - out.keys())
+        if missing:
+            if len(known) + len(missing) > VERSIONS_CACHED:
+                known.clear()
+            for row in c.execute(self.q["dp_versions"], {"ids": json.dumps(missing)}).fetchall():
+                v = rec.version(row)
+                out[(v.trigger_id, v.version)] = known[(v.trigger_id, v.version)] = v
+        return out
 
     def _settle_exhausted(self, c: Any, f: Fire, policies: Policies, now_us: int) -> None:
         """Settle a due fire that has no attempt left instead of leasing it: ``unknown`` when its last
