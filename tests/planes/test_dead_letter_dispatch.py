@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from fireledger.clock import FakeClock
 from fireledger.dispatch.lanes import DispatchConfig
-from fireledger.dispatch.runner import Dispatcher
-from fireledger.dispatch.settling import _Shaper, dispatch_body
+from fireledger.dispatch.settling import _Shaper, dispatch_body, time_to_next_s
 from fireledger.dispatch.shaping import Capacity
 from fireledger.domain.dispatch_records import ClaimedJob, Settlement
 from fireledger.domain.keys import FireKey, dead_letter_key
@@ -35,14 +33,13 @@ def test_a_delivery_record_is_not_bounded_by_the_schedule_and_carries_the_histor
                        policies=Policies(max_attempts=1, dead_letter_target_id=dlq.id))[0]
     store.timing.insert_fires([NewFire(t.id, trig.id, T0, 0, 1, FireKind.SCHEDULED, Lane.ON_TIME,
                                        FireState.PENDING, T0, "2026a", "node-a")])
-    dispatcher = Dispatcher(store, FakeClock(true_us=T0), "node-a")
     [c] = _claim(store, T0)
-    assert dispatcher._until_next(c.job, T0) == 1.0            # the trigger's fire: until its next instant
+    assert time_to_next_s(c.job, T0) == 1.0            # the trigger's fire: until its next instant
     assert store.dispatch.settle_dispatch([Settlement(c.job, "failed", 500, None, FireState.FAILED,
                                                       "failed: HTTP 500", None)], T0 + S) == [True]
     [d] = _claim(store, T0 + S)
     assert d.job.target.id == dlq.id
-    assert dispatcher._until_next(d.job, T0 + S) is None        # its delivery: only its own retry policy
+    assert time_to_next_s(d.job, T0 + S) is None        # its delivery: only its own retry policy
     key = str(dead_letter_key(FireKey(t.id, trig.id, T0, 0)))
     body = json.loads(dispatch_body(replace(d.job, payload=b'{"invoice":42}'), key))
     assert list(body) == ["fire_key", "trigger_id", "scheduled_instant", "attempt", "lane", "kind", "version",

@@ -52,9 +52,9 @@ def test_finished_attempts_claim_again_only_when_work_was_left(store, sink, batc
     rounds = [0]
     claim = d._claim
 
-    def counted(cap, fetch):
+    def counted(cap, fetch, batch):
         rounds[0] += 1
-        return claim(cap, fetch)
+        return claim(cap, fetch, batch)
 
     d._claim = counted
     done = lambda: sum(1 for f in store.history.list_fires(t.id, trig.id) if f.state == "delivered") == n  # noqa: E731

@@ -115,6 +115,23 @@ def _header_safe(name: str, value: str) -> None:
         raise ValueError(f"{name} must not contain control characters")
 
 
+#: URLs that passed :func:`_check_url` (the same few targets are sent to over and over: decision 0234).
+_URLS_OK: set[str] = set()
+
+
+def _check_url(url: str) -> None:
+    """``url`` is an absolute http(s) URL with a host (``ValueError`` otherwise); remembered when it is."""
+    try:
+        u = yarl.URL(url)
+    except (TypeError, ValueError):
+        raise ValueError("url is not a valid URL") from None
+    if u.scheme not in ("http", "https") or not u.host:
+        raise ValueError("url must be an absolute http(s) URL with a host")
+    if len(_URLS_OK) >= _TARGET_CACHE_MAX:
+        _URLS_OK.clear()
+    _URLS_OK.add(url)
+
+
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     """One attempt to deliver. ``secret``, ``body`` and ``extra_headers`` are kept out of repr.
@@ -139,12 +156,8 @@ class HttpRequest:
     tenant_id: str = ""
 
     def __post_init__(self) -> None:
-        try:
-            u = yarl.URL(self.url)
-        except (TypeError, ValueError):
-            raise ValueError("url is not a valid URL") from None
-        if u.scheme not in ("http", "https") or not u.host:
-            raise ValueError("url must be an absolute http(s) URL with a host")
+        if type(self.url) is not str or self.url not in _URLS_OK:
+            _check_url(self.url)
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float):
             raise ValueError("timeout_s must be a number")
         if not math.isfinite(self.timeout_s) or self.timeout_s <= 0:

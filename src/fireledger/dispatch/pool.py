@@ -38,6 +38,7 @@ from aiohttp.abc import AbstractResolver
 from fireledger.security.egress import EgressPolicy, GuardedResolver, guarded_socket_factory
 
 from .limiter import AdaptiveLimit
+from .timers import Timers
 from .wire import (
     KEEPALIVE_S,
     AddressNotVerified,
@@ -100,6 +101,8 @@ class Pool:
         self._waiters: dict[Flow, collections.deque[asyncio.Future[bool]]] = {}
         self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
         self._sweep: asyncio.TimerHandle | None = None
+        #: The deadlines of waits and exchanges: heap entries behind one loop timer (decision 0235).
+        self.timers = Timers(loop)
         self._closed = False
 
     # --- slots ----------------------------------------------------------------------------------
@@ -169,10 +172,10 @@ class Pool:
                     self._waiters[flow] = q   # served and still waiting: to the back
 
     async def _wait_slot(self, flow: Flow, deadline: float) -> None:
-        why = self._no_slot(flow)
+        full = self._in_use >= self._limit   # why it waits, said only if it waits in vain
         fut: asyncio.Future[bool] = self.loop.create_future()
         self._waiters.setdefault(flow, collections.deque()).append(fut)
-        timer = self.loop.call_at(deadline, _expire_waiter, fut)
+        timer = self.timers.call_at(deadline, _expire_waiter, fut)
         try:
             granted = await fut
         except BaseException:
@@ -182,16 +185,17 @@ class Pool:
         finally:
             timer.cancel()
         if not granted:
-            raise ExchangeError("timeout", why, sent=False)
+            raise ExchangeError("timeout", self._no_slot(flow, full), sent=False)
         if self._closed:
             self._give_back(flow)
             raise ExchangeError("closed", "the sender was closed", sent=False)
 
-    def _no_slot(self, flow: Flow) -> str:
-        """Why a request of ``flow`` has to wait for a connection (said, if it waits until its
-        deadline, in its error; no path: a path may hold a secret)."""
+    def _no_slot(self, flow: Flow, full: bool) -> str:
+        """Why a request of ``flow`` had to wait for a connection (said, if it waited until its
+        deadline, in its error; no path: a path may hold a secret): ``full``, the plane's limit was
+        in use when it began to wait, else the flow's adaptive limit."""
         _tenant, (_scheme, host, port), _path = flow
-        if self._in_use >= self._limit:
+        if full:
             why = f"the dispatch plane's connection limit ({self._limit}) was in use"
         else:
             allowed = self.flow_limit(flow).allowed
@@ -387,7 +391,7 @@ class Pool:
             if conn is None:
                 self._make_room()
                 conn = await self._connect(target, deadline, pins)
-            reply = await conn.exchange(self.loop, data, deadline, body_cap, self.connect_timeout_s)
+            reply = await conn.exchange(self.loop, data, deadline, body_cap, self.connect_timeout_s, self.timers)
         except BaseException as exc:
             if conn is not None:
                 conn.abort()
@@ -420,6 +424,7 @@ class Pool:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+        self.timers.close()
         for conn in list(self._all):
             conn.abort()
         self._all.clear()

@@ -26,13 +26,11 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 
 from fireledger.clock import Clock
-from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
 from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob, Lane
+from fireledger.domain.model import DispatchJob
 from fireledger.observe.logs import attempt_fields
 from fireledger.observe.metrics import METRICS, labelled
-from fireledger.recurrence import RecurrenceError
 from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import admit
 from fireledger.settings import Settings
@@ -44,7 +42,7 @@ from .http import HttpRequest, HttpResult, HttpSender
 from .internal import PREFIX as INTERNAL_PREFIX
 from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .settling import _Shaper, age_origin_us, decode_payload, dispatch_body, settle, settle_on_error
+from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error, time_to_next_s
 
 __all__ = ["Dispatcher", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
@@ -106,7 +104,7 @@ class Dispatcher:
         self.admitted: Counter[str] = Counter()   # by service class, since start
         self.last_waiting: dict[str, int] = {}
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
-        self._claiming: asyncio.Future[ClaimResult] | None = None
+        self._claiming: asyncio.Future[tuple[list[bool], ClaimResult]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()   # attempts started and not yet finished
         self._running = False
         self._step_executor: ThreadPoolExecutor | None = None   # the stepping API's store thread
@@ -126,24 +124,6 @@ class Dispatcher:
         kw.setdefault("idle_s", settings.pacing.dispatch_idle_s)   # FIRELEDGER_DISPATCH_IDLE_S (decision 0150)
         kw.setdefault("settle_gather_s", settings.pacing.dispatch_settle_gather_s)   # decision 0152
         return cls(store, clock, node_id, config=DispatchConfig.from_settings(settings), **kw)
-
-    def _until_next(self, job: DispatchJob, now_us: int) -> float | None:
-        """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until
-        the trigger's next instant after it. A caught-up or backfilled fire's next instant has passed
-        already, so it gets the same span — its period — counted from its first attempt (decision
-        0032): retries are bounded the same way whatever lane the fire drains in. Not a dead letter's
-        delivery record, whose retries follow only its own (default) retry policy."""
-        f = job.fire
-        try:
-            rec = recurrence_for(f.trigger_id, f.version, job.schedule)
-            nxt = next_us(rec, f.scheduled_us)
-        except RecurrenceError:
-            return None
-        if nxt is None or f.kind == "dead-letter":   # a dead letter's delivery: the schedule does not bound it (0178)
-            return None
-        if f.redriven_us is not None or f.lane != Lane.ON_TIME.value:   # redriven: from the redrive (0148)
-            nxt = age_origin_us(f) + (nxt - f.scheduled_us)
-        return max(0.0, (nxt - now_us) / 1e6)
 
     def wake(self) -> None:
         """Fires were committed in this process: claim now instead of at the next idle poll."""
@@ -233,7 +213,7 @@ class Dispatcher:
             if res.outcome == "delivered":
                 METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
             # The time left before the next instant bounds retries only: not computed for a final result.
-            until_next = None if res.outcome in ("delivered", "failed") else self._until_next(job, now_us)
+            until_next = None if res.outcome in ("delivered", "failed") else time_to_next_s(job, now_us)
             self._results.append(settle(job, res, now_us, random.random(), until_next))
             recorded = True
             level = logging.DEBUG if res.outcome == "delivered" else logging.INFO
@@ -274,6 +254,12 @@ class Dispatcher:
                 await self._flush_event.wait()
                 self._flush_event.clear()
                 continue
+            if (claiming := self._claiming) is not None and not self._stopping:
+                # A claim round is in the store: the loop's next round takes these results into its
+                # transaction (decision 0233); what it leaves (no round follows) is recorded here.
+                await asyncio.wait({claiming})
+                await asyncio.sleep(0)
+                continue
             if (pause := self.settle_gather_s - (loop.time() - last)) > 0 and not self._stopping:
                 await asyncio.sleep(pause)   # results finishing meanwhile share the transaction (0152)
             batch, self._results, last = self._results, [], loop.time()
@@ -300,10 +286,13 @@ class Dispatcher:
 
     # --- the loop -------------------------------------------------------------------------------
 
-    def _claim(self, cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult:
-        now = self.clock.now()
-        return self.store.dispatch.claim_shaped(now.latest_us, self.node_id, fetch, _Shaper(self.config, cap),
-                                                LEASE_MARGIN_US)
+    def _claim(self, cap: shaping.Capacity, fetch: dict[str, int],
+               batch: list[Settlement]) -> tuple[list[bool], ClaimResult]:
+        now_us = self.clock.now().latest_us
+        shaper = _Shaper(self.config, cap)
+        if batch:   # the results finished since the last round, in the claim's transaction (decision 0233)
+            return self.store.dispatch.settle_and_claim(batch, now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
+        return [], self.store.dispatch.claim_shaped(now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
 
     def _start(self, claimed: ClaimedJob) -> None:
         lane = claimed.job.fire.lane
@@ -318,19 +307,31 @@ class Dispatcher:
         t.add_done_callback(self._tasks.discard)
 
     async def _claim_round(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
-                           cap: shaping.Capacity, fetch: dict[str, int]) -> ClaimResult | None:
+                           cap: shaping.Capacity, fetch: dict[str, int], fold: bool = False) -> ClaimResult | None:
         """One claim transaction at the clock's current reading, in ``executor``; ``None`` when
-        :meth:`stop` abandoned it while it was still in the store. Raises what the store raised."""
+        :meth:`stop` abandoned it while it was still in the store. Raises what the store raised.
+        ``fold``: the attempt results waiting to be recorded go in the same transaction, recorded
+        before the claim reads (``settle_and_claim``, decision 0233); when it raises or is abandoned
+        they are kept for the flusher (whose call runs after this one in the store thread)."""
         started = loop.time()
-        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch)
+        batch: list[Settlement] = []
+        if fold:
+            batch, self._results = self._results, []
+        claiming = self._claiming = loop.run_in_executor(executor, self._claim, cap, fetch, batch)
         try:
-            res = await claiming
-        except asyncio.CancelledError:
+            oks, res = await claiming
+        except BaseException:
+            if batch:
+                self._results[:0] = batch
+                if self._flush_event is not None:
+                    self._flush_event.set()
             if self._stopping and claiming.cancelled():
                 return None   # stop() does not wait for a claim stuck in the store
             raise
         finally:
             self._claiming = None
+        if batch:
+            self.delivered += sum(1 for st, ok in zip(batch, oks, strict=True) if ok and st.state == "delivered")
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claim round: %d started, %d waiting, %.1f ms", len(res.jobs),
                       sum(res.waiting.values()), (loop.time() - started) * 1000)
@@ -452,7 +453,7 @@ class Dispatcher:
                 self._left = True   # until a claim round says otherwise (no free slot: work may be left)
                 if fetch:
                     try:
-                        got = await self._claim_round(loop, executor, cap, fetch)
+                        got = await self._claim_round(loop, executor, cap, fetch, fold=True)
                         if got is None:
                             break   # stop() does not wait for a claim stuck in the store
                         res = got

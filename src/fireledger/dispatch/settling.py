@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from fireledger.definitions import next_us, recurrence_for
 from fireledger.domain.dispatch_records import ClaimSnapshot, Settlement, ShapedDecision
 from fireledger.domain.instants import after_us
 from fireledger.domain.keys import from_us
 from fireledger.domain.model import AttemptResult, DispatchJob, Fire, FireState, Lane
-from fireledger.recurrence import format_duration, format_instant
+from fireledger.recurrence import RecurrenceError, format_duration, format_instant
 from fireledger.store.engine import is_database_error
 
 from . import shaping
@@ -29,7 +30,8 @@ from .http import HttpResult
 from .lanes import DispatchConfig
 from .retry import retry_plan
 
-__all__ = ["age_origin_us", "dead_letter_body", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
+__all__ = ["age_origin_us", "dead_letter_body", "decode_payload", "dispatch_body", "settle", "settle_on_error",
+           "time_to_next_s"]
 
 
 def decode_payload(tenant_id: str, payload: bytes) -> Any:
@@ -131,6 +133,25 @@ def settle(job: DispatchJob, res: HttpResult, now_us: int, jitter: float,
     what = f"HTTP {status}" if status else (res.error or "no answer")
     return Settlement(job, AttemptResult(res.outcome), status, res.error, FireState.FAILED,
                       f"failed: {ended} (last: {what})", None)
+
+
+def time_to_next_s(job: DispatchJob, now_us: int) -> float | None:
+    """Seconds left for retries (None: unbounded by the schedule). An on-time fire retries until
+    the trigger's next instant after it. A caught-up or backfilled fire's next instant has passed
+    already, so it gets the same span — its period — counted from its first attempt (decision
+    0032): retries are bounded the same way whatever lane the fire drains in. Not a dead letter's
+    delivery record, whose retries follow only its own (default) retry policy."""
+    f = job.fire
+    try:
+        rec = recurrence_for(f.trigger_id, f.version, job.schedule)
+        nxt = next_us(rec, f.scheduled_us)
+    except RecurrenceError:
+        return None
+    if nxt is None or f.kind == "dead-letter":   # a dead letter's delivery: the schedule does not bound it (0178)
+        return None
+    if f.redriven_us is not None or f.lane != Lane.ON_TIME.value:   # redriven: from the redrive (0148)
+        nxt = age_origin_us(f) + (nxt - f.scheduled_us)
+    return max(0.0, (nxt - now_us) / 1e6)
 
 
 #: How a failed fire's cause names the bound that ended its retries (decision 0147).

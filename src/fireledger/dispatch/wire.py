@@ -34,6 +34,8 @@ import yarl
 from fireledger.errors import FireledgerError
 from fireledger.security.egress import EgressRefused
 
+from .timers import Timers
+
 __all__ = [
     "KEEPALIVE_S",
     "AddressNotVerified",
@@ -294,13 +296,14 @@ class Connection(asyncio.Protocol):
     # --- used by Pool.post ----------------------------------------------------------------------
 
     async def exchange(self, loop: asyncio.AbstractEventLoop, data: bytes, deadline: float, body_cap: int,
-                       ack_bound_s: float) -> Reply:
+                       ack_bound_s: float, timers: Timers | None = None) -> Reply:
         """Write ``data`` and wait for the response head until ``deadline`` (a ``loop.time()``),
         then for the end of the body (at most ``body_cap`` bytes) within what is left. Raises
         :class:`ExchangeError` when no head arrived: ``sent=True`` unless the kernel shows that the
         receiver's TCP acknowledged none of the request — checked ``ack_bound_s`` (at least
         :data:`ACK_GRACE_S`) after the write (kind ``unacked``, abandoned then) and at the deadline
-        if the write was at least :data:`ACK_GRACE_S` before it — where it is ``sent=False``."""
+        if the write was at least :data:`ACK_GRACE_S` before it — where it is ``sent=False``. The
+        deadline and the check are armed on ``timers`` (the pool's, decision 0235), else on ``loop``."""
         transport = self.transport
         assert transport is not None
         if loop.time() >= deadline:   # e.g. connected at the deadline: not written, so not sent
@@ -315,11 +318,12 @@ class Connection(asyncio.Protocol):
         self.acked_before = tcp_acked(self.sock)
         transport.write(data)   # the request is handed to the connection: the target may see it
         written_at = loop.time()
-        timer = loop.call_at(deadline, self.expire)
+        arm: Any = timers.call_at if timers is not None else loop.call_at
+        timer = arm(deadline, self.expire)
         check = None
         ack_bound_s = max(ack_bound_s, ACK_GRACE_S)
         if self.acked_before is not None and written_at + ack_bound_s < deadline:
-            check = loop.call_later(ack_bound_s, self._check_acked, ack_bound_s)
+            check = arm(written_at + ack_bound_s, self._check_acked, ack_bound_s)
         try:
             if self.state == _HEAD and not self.closed:
                 await waiter

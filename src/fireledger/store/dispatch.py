@@ -55,6 +55,8 @@ from .queues import OutcomeRejected
 from .redrive import DispatchRedrive
 
 log = logging.getLogger("fireledger.store")
+#: Trigger versions a dispatch store remembers (each holds its sealed payload and schedule).
+VERSIONS_CACHED = 4096
 
 
 class SqlDispatch(DispatchRedrive, DispatchDrains):
@@ -66,6 +68,8 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         super().__init__(engine, append_audit)
         #: Where each lane's tenant walk starts at this process's next claim (decision 0130).
         self._rotation = claim_sql.Rotation()
+        #: Trigger versions a claim read (committed, and never changed once written): decision 0236.
+        self._versions: dict[tuple[str, int], TriggerVersion] = {}
 
     def claim_dispatch(self, lane: str, now_us: int, limit: int, owner: str,
                        lease_us: int, lease_margin_us: int = 0) -> list[DispatchJob]:
@@ -153,27 +157,42 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         The candidates are a bounded batch read inside the transaction (:mod:`.claim_sql`, decision
         0130): what a claim reads does not grow with the backlog, on either engine.
         """
-        q = self.q
         with self.engine.write() as c:
-            cands = self._ranked_candidates(c, now_us, fetch)
-            offered = {lane: len(v) for lane, v in cands.items()}
-            if not any(offered.values()):
-                return ClaimResult([], None, {}, offered)
-            keys = shaper.bucket_keys(cands)
-            tats: dict[str, int] = {}
-            if keys:
-                c.execute(q["dp_bucket_seed"], {"ids": json.dumps(keys)})
-                tats = {k: int(t) for k, t in c.execute(q["dp_bucket_lock"], {"ids": json.dumps(keys)}).fetchall()}
-            tenants = {f.tenant_id for fs in cands.values() for f in fs}
-            quotas = {r[0]: (float(r[1]), int(r[2]), float(r[3]))
-                      for r in c.execute(q["dp_quotas"], {"ids": _ids(tenants)}).fetchall()}
-            inflight = {r[0]: int(r[1]) for r in c.execute(
-                q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
-            decision = shaper.decide(ClaimSnapshot(now_us, cands, quotas, inflight, tats))
-            jobs = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
-            if decision.tats:
-                c.cursor().executemany(q["dp_bucket_set"], [
-                    {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
+            return self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+
+    def settle_and_claim(self, items: Sequence[Settlement], now_us: int, owner: str, fetch: Mapping[str, int],
+                         shaper: Shaper, lease_margin_us: int) -> tuple[list[bool], ClaimResult]:
+        """:meth:`settle_dispatch` of ``items``, then :meth:`claim_shaped`, in ONE transaction
+        (decision 0233): the results are recorded first, so the claim sees the in-flight quota they
+        free, and nothing of either is durable before the commit. Returns what each would return.
+        Raises, with nothing recorded and nothing leased, when either refuses as a whole."""
+        with self.engine.write() as c:
+            oks = self._settle_in(c, items, now_us) if items else []
+            return oks, self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+
+    def _claim_in(self, c: Any, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
+                  lease_margin_us: int) -> ClaimResult:
+        """:meth:`claim_shaped` inside the caller's write transaction ``c``."""
+        q = self.q
+        cands = self._ranked_candidates(c, now_us, fetch)
+        offered = {lane: len(v) for lane, v in cands.items()}
+        if not any(offered.values()):
+            return ClaimResult([], None, {}, offered)
+        keys = shaper.bucket_keys(cands)
+        tats: dict[str, int] = {}
+        if keys:
+            c.execute(q["dp_bucket_seed"], {"ids": json.dumps(keys)})
+            tats = {k: int(t) for k, t in c.execute(q["dp_bucket_lock"], {"ids": json.dumps(keys)}).fetchall()}
+        tenants = {f.tenant_id for fs in cands.values() for f in fs}
+        quotas = {r[0]: (float(r[1]), int(r[2]), float(r[3]))
+                  for r in c.execute(q["dp_quotas"], {"ids": _ids(tenants)}).fetchall()}
+        inflight = {r[0]: int(r[1]) for r in c.execute(
+            q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
+        decision = shaper.decide(ClaimSnapshot(now_us, cands, quotas, inflight, tats))
+        jobs = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
+        if decision.tats:
+            c.cursor().executemany(q["dp_bucket_set"], [
+                {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
         return ClaimResult(jobs, decision.wake_us, dict(decision.waiting), offered)
 
     def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
@@ -193,11 +212,7 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         if not admitted:
             return []
         q = self.q
-        pairs = sorted({(f.trigger_id, f.version) for f, _ in admitted})
-        versions: dict[tuple[str, int], TriggerVersion] = {}
-        for row in c.execute(q["dp_versions"], {"ids": json.dumps(pairs)}).fetchall():
-            v = rec.version(row)
-            versions[(v.trigger_id, v.version)] = v
+        versions = self._versions_of(c, {(f.trigger_id, f.version) for f, _ in admitted})
         want = {tid for f, _ in admitted if (tid := _target_of(f, versions.get((f.trigger_id, f.version))))}
         targets = {r[0]: rec.target(r) for r in c.execute(q["dp_targets"], {"ids": _ids(want)}).fetchall()}
         jobs: list[ClaimedJob] = []
@@ -242,6 +257,21 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         cur.executemany(q["dp_attempt"], attempts)
         return jobs
 
+    def _versions_of(self, c: Any, pairs: set[tuple[str, int]]) -> dict[tuple[str, int], TriggerVersion]:
+        """The trigger versions ``pairs`` names that exist: read once per process (a version row is
+        immutable once committed, and a claim reads only committed rows), at most
+        :data:`VERSIONS_CACHED` remembered, then forgotten all at once (decision 0236)."""
+        known = self._versions
+        out = {p: v for p in pairs if (v := known.get(p)) is not None}
+        missing = sorted(pairs - out.keys())
+        if missing:
+            if len(known) + len(missing) > VERSIONS_CACHED:
+                known.clear()
+            for row in c.execute(self.q["dp_versions"], {"ids": json.dumps(missing)}).fetchall():
+                v = rec.version(row)
+                out[(v.trigger_id, v.version)] = known[(v.trigger_id, v.version)] = v
+        return out
+
     def _settle_exhausted(self, c: Any, f: Fire, policies: Policies, now_us: int) -> None:
         """Settle a due fire that has no attempt left instead of leasing it: ``unknown`` when its last
         attempt's lease lapsed (that request may have reached the target, invariant 9), else
@@ -279,19 +309,20 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         with a cause naming the error class (never a value), and False is returned for it. Only an
         error that is not the item's (the store is down) raises, with nothing recorded.
         """
+        with self.engine.write() as c:
+            return self._settle_in(c, items, now_us)
+
+    def _settle_in(self, c: Any, items: Sequence[Settlement], now_us: int) -> list[bool]:
+        """:meth:`settle_dispatch` inside the caller's write transaction ``c``."""
         items = [it if it.next_attempt_us is None or MIN_US <= it.next_attempt_us <= MAX_US
                  else replace(it, next_attempt_us=clamp_us(it.next_attempt_us)) for it in items]
-        out: list[bool] = []
-        with self.engine.write() as c:
-            try:
-                if self._settle_all(c, items, now_us):
-                    return [True] * len(items)
-            except Exception as exc:   # refused as a whole (rolled back to its savepoint): item by item
-                log.warning("recording %d attempt results in bulk failed (%s); recording them one by one",
-                            len(items), type(exc).__name__)
-            for it in items:
-                out.append(self._settle_guarded(c, it, now_us))
-        return out
+        try:
+            if self._settle_all(c, items, now_us):
+                return [True] * len(items)
+        except Exception as exc:   # refused as a whole (rolled back to its savepoint): item by item
+            log.warning("recording %d attempt results in bulk failed (%s); recording them one by one",
+                        len(items), type(exc).__name__)
+        return [self._settle_guarded(c, it, now_us) for it in items]
 
     def _settle_one(self, c: Any, it: Settlement, now_us: int) -> bool:
         q = self.q

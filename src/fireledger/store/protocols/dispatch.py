@@ -139,6 +139,16 @@ class DispatchStore(Protocol):
         transaction (seed ADR-15: a quota change multiplies work)."""
         ...
 
+    def settle_and_claim(self, items: Sequence[Settlement], now_us: int, owner: str, fetch: Mapping[str, int],
+                         shaper: Shaper, lease_margin_us: int) -> tuple[list[bool], ClaimResult]:
+        """:meth:`settle_dispatch` of ``items`` and then :meth:`claim_shaped`, in ONE transaction,
+        each with its own guarantees; returns what each returns (``([], …)`` for no items). The
+        results are recorded before the claim reads, so the claim sees the in-flight quota they free
+        and a retry they schedule (decision 0233). Nothing of either is durable before the commit:
+        when the store refuses either as a whole, it raises with nothing recorded and nothing leased
+        (the caller keeps the results to record them again; their leases hold meanwhile)."""
+        ...
+
     def settle_attempts(self, items: Sequence[Settlement], now_us: int) -> list[bool]:
         """Finish each job's attempt row and settle its fire — a terminal state, or back to
         ``pending`` with ``next_attempt_us`` for a retry — in one transaction.
