@@ -69,9 +69,10 @@ def migrated_template(pg_server: Any) -> str:
 
 
 def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> Store:
-    """A migrated store (on PostgreSQL a copy of :func:`migrated_template`). SQLite finds (or creates) its KEK beside the file in ``tmp_path``; on
-    PostgreSQL the audit chain is keyed from :data:`TEST_KEK` (no KEK file in the working directory;
-    a CLI subprocess verifies it with ``FIRELEDGER_KEK`` = that key)."""
+    """A migrated store (on PostgreSQL a copy of :func:`migrated_template`). SQLite finds (or
+    creates) its KEK beside the file in ``tmp_path``; on PostgreSQL the audit chain is keyed from
+    :data:`TEST_KEK` (no KEK file in the working directory; a CLI subprocess verifies it with
+    ``FIRELEDGER_KEK`` = that key)."""
     if engine == "sqlite":
         return Store.open(f"sqlite:///{tmp_path}/store.db")
     assert pg_server is not None
