@@ -8,7 +8,7 @@
 #   scripts/ha-cluster.sh status   the monitor's view (node, port, reported and assigned state) and the URL
 #   scripts/ha-cluster.sh url      the multi-host URL fireledger uses (--db / FIRELEDGER_DB)
 #   scripts/ha-cluster.sh switchover   a planned `pg_autoctl perform switchover` (primary and standby swap)
-#   scripts/ha-cluster.sh down     stop every node (immediate shutdown) and delete HA_DIR
+#   scripts/ha-cluster.sh down     stop every node and delete HA_DIR
 #
 # Settings (environment): HA_DIR (default /tmp/fireledger-ha), HA_HOST (127.0.0.1), HA_MONITOR_PORT
 # (55430), HA_NODE1_PORT (55431), HA_NODE2_PORT (55432), HA_DB (fireledger), HA_TIMEOUT_S (180: the
@@ -160,8 +160,7 @@ cmd_down() {
   local name pids=()
   for name in node2 node1 monitor; do
     if [ -f "$HA_DIR/$name/PG_VERSION" ] && running "$name"; then
-      # --immediate: the directory is deleted next, a shutdown checkpoint would be wasted time.
-      as_pg pg_autoctl stop --immediate --pgdata "$HA_DIR/$name" >/dev/null 2>&1 || true
+      as_pg pg_autoctl stop --pgdata "$HA_DIR/$name" >/dev/null 2>&1 || true
       pids+=("$(cat "$HA_DIR/$name.pid")")
     fi
   done
