@@ -14,8 +14,7 @@ As root (initdb refuses to run as root) the directory is handed to the ``postgre
 databases it creates are dropped on close.
 
 Each test gets isolation through ``new_database()``: a freshly created, empty database with a
-unique name, returned as a URL (or a copy of a template, ``template_database()``: one migration run
-for the session instead of one per test). ``drop_databases_since(mark)`` drops the databases made
+unique name, returned as a URL. ``drop_databases_since(mark)`` drops the databases made
 after ``created()`` returned ``mark`` (tests/conftest.py drops each test's own when the test ends):
 the server then holds only the databases in use, and deleting its directory at the end of the run
 does not unlink a few hundred databases' files at once (17 s of the last test's teardown before).
@@ -36,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -115,7 +114,6 @@ class PgServer:
         self._as_user = as_user or []
         self._owned = proc is not None
         self._created: list[str] = []
-        self._templates: dict[str, str] = {}   # key → database name (template_database)
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
         self._closed = False
@@ -247,24 +245,6 @@ class PgServer:
             self._created.append(name)
         return _with_db(self.url, name)
 
-    def template_database(self, key: str, prepare: Callable[[str], None]) -> str:
-        """The name of a database made once per server for ``key``: created empty, then
-        ``prepare(url)`` runs on it (and must close every connection it opened). Pass the name as
-        ``new_database(template=...)`` to get a copy; it is not dropped by :meth:`drop_databases_since`."""
-        with self._lock:
-            name = self._templates.get(key)
-        if name is not None:
-            return name
-        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,30}", key):
-            raise ValueError("key must be a short lower-case identifier")
-        name = f"tpl_{key}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
-        prepare(_with_db(self.url, name))
-        with self._lock:
-            self._templates[key] = name
-        return name
-
     def created(self) -> int:
         """How many databases ``new_database()`` has made so far: a mark for :meth:`drop_databases_since`."""
         with self._lock:
@@ -291,8 +271,7 @@ class PgServer:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
             return
         with self._lock:
-            names, self._created = [*self._created, *self._templates.values()], []
-            self._templates = {}
+            names, self._created = self._created, []
         if names:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 for name in names:

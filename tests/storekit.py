@@ -56,30 +56,17 @@ def store_url(store: Store) -> str:
     return str(store.engine.url)   # type: ignore[attr-defined]
 
 
-def _migrate(url: str) -> None:
-    Store.open(url, migrate=True).close()
-
-
-def migrated_template(pg_server: Any) -> str:
-    """A database of ``pg_server`` migrated once for the session, the template of every PostgreSQL
-    :func:`open_store` (a copy is the same schema as a fresh migration, made in a fraction of the time;
-    ``open_store`` still runs ``migrate``, which finds nothing to apply). Tests of migrating itself
-    start from an empty ``new_database()`` (tests/contract/test_migrations_in_step.py and others)."""
-    return str(pg_server.template_database("migrated", _migrate))
-
-
 def open_store(engine: str, tmp_path: Any, pg_server: Any | None) -> Store:
-    """A migrated store (on PostgreSQL a copy of :func:`migrated_template`). SQLite finds (or
-    creates) its KEK beside the file in ``tmp_path``; on PostgreSQL the audit chain is keyed from
-    :data:`TEST_KEK` (no KEK file in the working directory; a CLI subprocess verifies it with
-    ``FIRELEDGER_KEK`` = that key)."""
+    """A migrated store. SQLite finds (or creates) its KEK beside the file in ``tmp_path``; on
+    PostgreSQL the audit chain is keyed from :data:`TEST_KEK` (no KEK file in the working directory;
+    a CLI subprocess verifies it with ``FIRELEDGER_KEK`` = that key)."""
     if engine == "sqlite":
         return Store.open(f"sqlite:///{tmp_path}/store.db")
     assert pg_server is not None
     from fireledger.domain.trust_records import AUDIT_KEY_LABEL
     from fireledger.security.derived import derive_from
 
-    store = Store.open(pg_server.new_database(template=migrated_template(pg_server)), migrate=True)
+    store = Store.open(pg_server.new_database(), migrate=True)
     store.trust.set_audit_key(derive_from(TEST_KEK, AUDIT_KEY_LABEL))
     return store
 

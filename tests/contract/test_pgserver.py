@@ -56,36 +56,18 @@ def _databases(pg_server: PgServer) -> set[str]:
         return {r[0] for r in conn.execute("select datname from pg_database")}
 
 
-def test_the_databases_made_after_a_mark_are_dropped_templates_stay(pg_server: PgServer) -> None:
+def test_the_databases_made_after_a_mark_are_dropped(pg_server: PgServer) -> None:
     """What conftest's per-test clean-up relies on (decision 0223): only databases made after the
-    mark are dropped, an open connection does not stop it, and a template database outlives it."""
+    mark are dropped, and an open connection does not stop it."""
     before = pg_server.new_database()
-    made: list[str] = []
-    name = pg_server.template_database("pgserver_test", made.append)
-    assert made and made[0].endswith("/" + name)
-    assert pg_server.template_database("pgserver_test", made.append) == name and len(made) == 1
     mark = pg_server.created()
-    later = [pg_server.new_database(template=name) for _ in range(2)]
+    later = [pg_server.new_database() for _ in range(2)]
     left_open = psycopg.connect(later[0])
     try:
         pg_server.drop_databases_since(mark)
     finally:
         left_open.close()
     names = _databases(pg_server)
-    assert before.rsplit("/", 1)[1] in names and name in names
+    assert before.rsplit("/", 1)[1] in names
     assert not {u.rsplit("/", 1)[1] for u in later} & names
     assert pg_server.created() == mark
-
-
-def test_a_store_copy_of_the_migrated_template_is_at_the_schema_a_fresh_migration_reaches(pg_server: PgServer) -> None:
-    from fireledger.store import Store
-    from storekit import migrated_template
-
-    fresh = Store.open(pg_server.new_database(), migrate=True)
-    copy = Store.open(pg_server.new_database(template=migrated_template(pg_server)))   # no migration here
-    try:
-        copy.check_schema()
-        assert copy.applied_migrations() == fresh.applied_migrations()
-    finally:
-        fresh.close()
-        copy.close()
