@@ -40,7 +40,28 @@ def pg_server() -> Iterator[PgServer]:
     database.
     """
     with pg_server_from_env() as server:
-        yield server
+        _PG_SERVERS.append(server)
+        try:
+            yield server
+        finally:
+            _PG_SERVERS.remove(server)
+
+
+#: The session's server once a test asked for it (so that :func:`_drop_the_tests_databases` need not start one).
+_PG_SERVERS: list[PgServer] = []
+
+
+@pytest.fixture(autouse=True)
+def _drop_the_tests_databases() -> Iterator[None]:
+    """The databases a test made on the session's server are dropped when it ends (autouse, so
+    torn down after the test's own fixtures closed their stores and stopped their processes);
+    those a module or session fixture made before the test began stay (decision 0223)."""
+    marks = [(server, server.created()) for server in _PG_SERVERS]
+    yield
+    if not marks and _PG_SERVERS:            # the server was started by this test
+        marks = [(_PG_SERVERS[0], 0)]
+    for server, mark in marks:
+        server.drop_databases_since(mark)
 
 
 def _engine_params(long_on_postgres: bool = False) -> list[Any]:

@@ -29,17 +29,18 @@ miss threshold = 2 real s, ...), so in real seconds it behaves as unaccelerated;
 ``jitter: 0s`` and the longest attempt timeout.
 
 **The oracle.** For every distinct schedule (cron + zone, interval + anchor, one-shot) of a segment
-the scenario runs ``fireledger preview --json`` (the compiler the timing loop uses) and keeps the
-instants inside the window. Passed when, over every segment: each expected instant has exactly one
-fire record and no record is unexpected; every expected instant was delivered; nothing arrived
-before its scheduled instant by the faked clock, and no fire was decided or first dispatched before
-it by the service's clock; ``dst: gap`` instants are the jump instant, ``dst: fold`` instants lie
-before the transition (first pass); every fire record whose instant the compiler reached from a
-skipped or repeated wall time carries that DST label (``gap <wall>`` / ``fold <wall>``, decision
-0160: the ``dst`` of the history API), and no other record carries one. Figures: instants, gap and
-fold instants, labelled fires, wrong or missing labels and labels where none is due, duplicate
-deliveries (counted, not failed: at-least-once), lateness p50/p90/p99/max in faked and real
-seconds, and per segment the transition chosen and the window.
+the scenario computes what ``fireledger preview --json`` prints (the compiler the timing loop uses:
+the same functions, in-process, decision 0223) and keeps the instants inside the window. Passed when, over every
+segment: each expected instant has exactly one fire record and no record is unexpected; every
+expected instant was delivered; nothing arrived before its scheduled instant by the faked clock, and
+no fire was decided or first dispatched before it by the service's clock; ``dst: gap`` instants are
+the jump instant, ``dst: fold`` instants lie before the transition (first pass); every fire record
+whose instant the compiler reached from a skipped or repeated wall time carries that DST label
+(``gap <wall>`` / ``fold <wall>``, decision 0160: the ``dst`` of the history API), and no other
+record carries one. Figures: instants, gap and fold instants, labelled fires, wrong or missing
+labels and labels where none is due, duplicate deliveries (counted, not failed: at-least-once),
+lateness p50/p90/p99/max in faked and real seconds, and per segment the transition chosen and the
+window.
 """
 
 from __future__ import annotations
@@ -244,32 +245,34 @@ def oracle(spec: dict[str, Any], lo_us: int, hi_us: int) -> list[tuple[int, str 
     a fire of each must carry (``"gap <wall>"`` / ``"fold <wall>"`` from preview's ``dst`` note and
     ``local`` wall time, written as :func:`fireledger.recurrence.dst.format_wall` does; None when
     preview gives no note)."""
-    frm = datetime.fromtimestamp(lo_us / S - 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    from fireledger.recurrence import parse_instant
+    # What ``fireledger preview --json`` computes, called in-process (decision 0223: a process start
+    # per schedule cost more than the compiler): the same compile functions, ``preview``, and its
+    # ``local`` (the naive wall time) for the label.
+    from fireledger.recurrence import Recurrence, compile_cron, compile_interval, compile_once, parse_instant, preview
     from fireledger.recurrence.dst import format_wall
 
+    frm = datetime.fromtimestamp(lo_us / S - 1, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     # Enough instants to pass the window's end: a cron fires at most once a minute, an interval once
     # a period from its anchor (the compiler's cost grows with --count, so no more than that).
+    rec: Recurrence
     if "cron" in spec:
-        args, count = ["--expr", spec["cron"], "--from", frm], (hi_us - lo_us) // (60 * S) + 2
+        rec, start, count = compile_cron(spec["cron"], spec["zone"]), frm, (hi_us - lo_us) // (60 * S) + 2
     elif "every" in spec:
         from fireledger.recurrence.instants import parse_duration
 
         period = int(parse_duration(spec["every"], "every").total_seconds() * S)
-        anchor_us = int(parse_instant(spec["anchor"]).timestamp() * S)
-        args, count = ["--every", spec["every"], "--from", spec["anchor"]], (hi_us - anchor_us) // period + 2
+        start = spec["anchor"]
+        anchor_us = int(parse_instant(start).timestamp() * S)
+        rec = compile_interval(spec["every"], parse_instant(start), spec["zone"])
+        count = (hi_us - anchor_us) // period + 2
     else:
-        args, count = ["--at", spec["at"], "--from", frm], 1
-    proc = subprocess.run([str(BIN), "preview", *args, "--zone", spec["zone"], "--count", str(min(count, 10_000)),
-                           "--json"],
-                          capture_output=True, text=True, timeout=120, check=True)
+        rec, start, count = compile_once(spec["at"], spec["zone"]), frm, 1
     out = []
-    for item in json.loads(proc.stdout):
-        us = int(parse_instant(item["instant"]).timestamp() * S)
+    for occ in preview(rec, parse_instant(start), min(count, 10_000)):
+        us = int(occ.instant.timestamp() * S)
         if lo_us <= us <= hi_us:
-            note = item.get("dst")
-            label = f"{note} {format_wall(datetime.fromisoformat(item['local']))}" if note else None
-            out.append((us, label))
+            wall = None if occ.wall is None else datetime.fromisoformat(occ.wall.replace(tzinfo=None).isoformat())
+            out.append((us, f"{occ.note} {format_wall(wall)}" if occ.note and wall is not None else None))
     return out
 
 
@@ -325,7 +328,7 @@ def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
     db, port = f"sqlite:///{work}/fl.db", free_port()
     specs = schedules(t.zone, n, t, lo - timedelta(hours=1))
     uniq = sorted({json.dumps(s, sort_keys=True) for s in specs})
-    with ThreadPoolExecutor(3) as pool:           # the oracle runs beside phase one
+    with ThreadPoolExecutor(1) as pool:           # the oracle runs beside phase one
         oracles = pool.map(lambda k: oracle(json.loads(k), lo_us, hi_us), uniq)
         by_id = _define(specs, lo, work, db, port)
         expect_by_spec = dict(zip(uniq, oracles, strict=True))

@@ -49,3 +49,25 @@ def test_a_new_database_can_be_a_copy_of_a_template(pg_server: PgServer) -> None
         conn.execute("insert into t values (8)")
     with psycopg.connect(source) as conn:
         assert conn.execute("select x from t").fetchall() == [(7,)], "a write to the copy reached its template"
+
+
+def _databases(pg_server: PgServer) -> set[str]:
+    with psycopg.connect(pg_server.url) as conn:
+        return {r[0] for r in conn.execute("select datname from pg_database")}
+
+
+def test_the_databases_made_after_a_mark_are_dropped(pg_server: PgServer) -> None:
+    """What conftest's per-test clean-up relies on (decision 0223): only databases made after the
+    mark are dropped, and an open connection does not stop it."""
+    before = pg_server.new_database()
+    mark = pg_server.created()
+    later = [pg_server.new_database() for _ in range(2)]
+    left_open = psycopg.connect(later[0])
+    try:
+        pg_server.drop_databases_since(mark)
+    finally:
+        left_open.close()
+    names = _databases(pg_server)
+    assert before.rsplit("/", 1)[1] in names
+    assert not {u.rsplit("/", 1)[1] for u in later} & names
+    assert pg_server.created() == mark
