@@ -5,13 +5,17 @@ and monotonic seconds, no clock read and no store here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .loop import TickResult
+from typing import Protocol
 
 
-def sleep_after(res: TickResult, next_due_us: int | None, earliest_now_us: int, max_sleep_s: float) -> float:
+class CycleFacts(Protocol):
+    """What the pacing reads of a cycle's result (:class:`~fireledger.timing.loop.TickResult`)."""
+
+    claimed_rows: int
+    earliest_us: int
+
+
+def sleep_after(res: CycleFacts, next_due_us: int | None, earliest_now_us: int, max_sleep_s: float) -> float:
     """Seconds to sleep after a cycle: until the next due instant (at most ``max_sleep_s``).
 
     An instant already due is claimed at once — unless it was due at the cycle's own clock bound and
@@ -72,4 +76,4 @@ class HeldScan:
         self._clear_at = None
 
 
-__all__ = ["HELD_RESCAN_S", "HeldScan", "gather_floor", "sleep_after"]
+__all__ = ["HELD_RESCAN_S", "CycleFacts", "HeldScan", "gather_floor", "sleep_after"]
