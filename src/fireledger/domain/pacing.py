@@ -6,7 +6,8 @@ into its ``SettingError``). Each field is set by ``FIRELEDGER_<FIELD>`` upper-ca
 seconds:
 
 * ``timing_gather_s`` (default 0.02): after a cycle that committed fires, the timing loop starts its
-  next cycle no sooner than this after the last one started, unless a full batch is waiting. Fires
+  next cycle no sooner than this after the last one was planned to start (decision 0228: a late
+  wake-up is not carried into the next window), unless a full batch is waiting. Fires
   due meanwhile are decided together: one transaction, one hand-off to dispatch and one claim round
   for all of them instead of one each. It bounds what it adds to a fire's lateness; it never makes a
   fire early (a cycle still claims only instants ≤ the clock's earliest bound). 0 turns it off.

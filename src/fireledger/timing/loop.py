@@ -1,12 +1,13 @@
 """The timing loop: claim due instants ≤ the clock's earliest bound, commit fires, advance rows.
 
 ``TimingLoop.tick()`` is one synchronous cycle (used directly by tests with a fake clock — the
-manual scheduler); ``run()`` repeats it on an asyncio loop, sleeping until the next due instant or
-until a definition changes (no fixed polling tick; the sleep is capped so definition changes made
-by other processes are seen within ``max_sleep_s``). After a cycle that committed fires the next
-one starts no sooner than ``gather_s`` after it started (decision 0150): under a steady stream of
-instants one cycle decides all those due meanwhile — one transaction, one hand-off — instead of
-one cycle each; a fire is never claimed before its instant either way.
+manual scheduler); ``run()`` repeats it on the loop's own thread, which wakes once per cycle
+(decision 0227), sleeping until the next due instant or until a definition changes (no fixed
+polling tick; the sleep is capped so definition changes made by other processes are seen within
+``max_sleep_s``). After a cycle that committed fires the next one starts no sooner than ``gather_s``
+after that one was planned to start (decisions 0150, 0227): under a steady stream of instants one
+cycle decides all those due meanwhile — one transaction, one hand-off — instead of one cycle each;
+a fire is never claimed before its instant either way.
 
 Order of effects is the product's central rule: fires are committed (with the due-row advance, in
 one transaction) *before* ``on_committed`` hands them to dispatch. A cycle with more due than one
@@ -37,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -66,6 +69,7 @@ from fireledger.store import Store, is_database_error
 
 from .exclusions import BatchCalendars, CalendarCache, annotate, calendars_for
 from .leases import LeaseManager, Ownership
+from .pace import HeldScan, gather_floor, sleep_after
 from .plans import Plan, VersionPlans, gc_paused, labelled
 
 log = logging.getLogger("fireledger.timing")
@@ -116,22 +120,6 @@ def failure_cause(exc: BaseException) -> str:
     return f"cannot plan this trigger: {type(exc).__name__}" + (f": {text}" if text else "")
 
 
-def sleep_after(res: TickResult, next_due_us: int | None, earliest_now_us: int, max_sleep_s: float) -> float:
-    """Seconds to sleep after a cycle: until the next due instant (at most ``max_sleep_s``).
-
-    An instant already due is claimed at once — unless it was due at the cycle's own clock bound and
-    the cycle still claimed nothing (ownership ran out, a batch dropped): then 50 ms, not a spin; the
-    lease manager wakes the loop on a grant. An instant that became due only after the cycle read
-    the clock is *not* that case (it was not claimable then), and waiting 50 ms for it would make a
-    fire on a busy second up to 50 ms late."""
-    if next_due_us is None:
-        return max_sleep_s
-    delay = max(0.0, min((next_due_us - earliest_now_us) / 1e6, max_sleep_s))
-    if delay == 0.0 and res.claimed_rows == 0 and next_due_us <= res.earliest_us:
-        delay = min(0.05, max_sleep_s)
-    return delay
-
-
 class TimingLoop:
     def __init__(self, store: Store, clock: Clock, node_id: str, *, batch: int = 1000,
                  eps_ceiling_us: int = DEFAULT_EPS_CEILING_US,
@@ -159,8 +147,8 @@ class TimingLoop:
         self.gather_s = gather_s
         self.plans = VersionPlans(store)    # compiled versions, kept between cycles
         self.calendars = CalendarCache(store)   # exclusion calendars, read per batch (decision 0157)
-        self._wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.held_scan = HeldScan()           # whether a cycle reads the held fires (decision 0229)
+        self._wake = threading.Event()   # set: start the next cycle now (any thread)
         self._stopping = False
         self.last: TickResult | None = None
         self.lateness_us: list[int] = []   # per inserted on-time fire: decided - scheduled
@@ -274,14 +262,18 @@ class TimingLoop:
         finished, one transaction per page of held fires; returns the released fires (now pending)."""
         out: list[NewFire] = []
         after: tuple[int, str, int] | None = None
+        found = 0   # held fires of the partitions held, released or not
         while True:
             rows = self.store.timing.held_fires(after, page)
             if rows:
                 last = rows[-1]
                 after = (last.scheduled_us, last.trigger_id, last.seq)
                 mine = rows if own is None else [h for h in rows if own.owns(h.partition)]
+                found += len(mine)
                 out += self._release_page(mine, at_us)
             if len(rows) < page:
+                self.held_scan.read(self.clock.monotonic(), None if own is None else own.partitions,
+                                    found > len(out))
                 return out
 
     def _release_page(self, rows: Sequence[HeldRow], at_us: int) -> list[NewFire]:
@@ -379,7 +371,9 @@ class TimingLoop:
                 self.last = res
                 return res
         # Held fires first: one released now is the previous fire of an instant decided below.
-        res.released = self.release_held(iv.earliest_us, own)
+        parts, mono = (None if own is None else own.partitions), self.clock.monotonic()
+        if self.held_scan.due(mono, parts):
+            res.released = self.release_held(iv.earliest_us, own)
         while True:
             with gc_paused():   # one batch's short-lived objects, freed by reference counting (0136)
                 rows = self._due(iv.earliest_us, own)
@@ -394,6 +388,8 @@ class TimingLoop:
                 if not o.advanced:
                     res.lost += 1
                 res.inserted.extend(o.inserted)
+                if any(f.state is FireState.HELD for f in o.inserted):
+                    self.held_scan.committed_held()
                 committed.extend(f for f in o.inserted if f.state == FireState.PENDING)
             if committed:
                 self.on_committed(committed)   # this batch only after its commit (decision 0195)
@@ -432,14 +428,11 @@ class TimingLoop:
 
     def wake_threadsafe(self) -> None:
         """Wake the loop from another thread (a lease taken, a definition-change notification)."""
-        loop, ev = self._loop, self._wake
-        if loop is not None and ev is not None:
-            loop.call_soon_threadsafe(ev.set)
+        self._wake.set()
 
     def wake(self) -> None:
         """Definitions changed in this process: re-read the due index now."""
-        if self._wake is not None:
-            self._wake.set()
+        self._wake.set()
 
     def stop(self) -> None:
         self._stopping = True
@@ -460,29 +453,37 @@ class TimingLoop:
         return 0.5
 
     async def run(self) -> None:
-        self._wake = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        self._loop = loop
+        """Run cycles until :meth:`stop`, on this loop's own thread (``timing-store``; decision 0227):
+        the thread sleeps between cycles and wakes once per cycle — no hop through the event loop
+        and back per cycle. Returns when the thread has finished its last cycle (also when this
+        task is cancelled: the thread is stopped and waited for)."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-store")
         try:
-            while not self._stopping:
-                self._wake.clear()
-                started = loop.time()
-                try:
-                    res, nxt = await loop.run_in_executor(executor, self._cycle)
-                    self._last_failure = ""
-                    if res.shed:
-                        delay = 1.0
-                    else:
-                        delay = sleep_after(res, nxt, self.clock.now().earliest_us, self.max_sleep_s)
-                        if res.claimed_rows:   # the tick drained everything due at its start: gather the next
-                            delay = max(delay, self.gather_s - (loop.time() - started))
-                except Exception as exc:
-                    delay = self._failed_cycle(exc)
-                if delay > 0:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout=delay)
-                    except TimeoutError:
-                        pass
+            await asyncio.get_running_loop().run_in_executor(executor, self._run_cycles)
         finally:
+            self._stopping = True
+            self._wake.set()
             executor.shutdown(wait=True)
+
+    def _run_cycles(self) -> None:
+        """The cycles and the sleeps between them (the ``timing-store`` thread). After a cycle that
+        committed fires the next starts no sooner than ``gather_s`` after the *planned* start of
+        that one (:func:`gather_floor`), so a late wake-up is not carried into the next window."""
+        planned = time.monotonic()
+        while not self._stopping:
+            self._wake.clear()
+            started = time.monotonic()
+            try:
+                res, nxt = self._cycle()
+                self._last_failure = ""
+                if res.shed:
+                    delay = 1.0
+                else:
+                    delay = sleep_after(res, nxt, self.clock.now().earliest_us, self.max_sleep_s)
+                    if res.claimed_rows and self.gather_s > 0:   # drained what was due: gather the next
+                        delay = max(delay, gather_floor(started, planned, self.gather_s) - time.monotonic())
+            except Exception as exc:
+                delay = self._failed_cycle(exc)
+            planned = time.monotonic() + max(delay, 0.0)
+            if delay > 0 and self._wake.wait(delay):
+                planned = time.monotonic()   # woken early (a definition change, a lease, stop)
