@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -71,6 +70,7 @@ from .exclusions import BatchCalendars, CalendarCache, annotate, calendars_for
 from .leases import LeaseManager, Ownership
 from .pace import HeldScan, gather_floor, sleep_after
 from .plans import Plan, VersionPlans, gc_paused, labelled
+from .waker import Waker
 
 log = logging.getLogger("fireledger.timing")
 
@@ -148,7 +148,7 @@ class TimingLoop:
         self.plans = VersionPlans(store)    # compiled versions, kept between cycles
         self.calendars = CalendarCache(store)   # exclusion calendars, read per batch (decision 0157)
         self.held_scan = HeldScan()           # whether a cycle reads the held fires (decision 0229)
-        self._wake = threading.Event()   # set: start the next cycle now (any thread)
+        self._wake = Waker()   # set: start the next cycle now (any thread); decision 0237
         self._stopping = False
         self.last: TickResult | None = None
         self.lateness_us: list[int] = []   # per inserted on-time fire: decided - scheduled
