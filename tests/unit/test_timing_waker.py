@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from falsify.timing_cluster import libfaketime
+
 from fireledger.timing.waker import Waker
 
 ROOT = Path(__file__).resolve().parents[2]
