@@ -30,6 +30,7 @@ from fireledger.settings import Settings, parse_dispatch_processes, parse_truste
 from fireledger.stopping import StopGuard
 from fireledger.store import Store
 from fireledger.store.engine import SqliteEngine
+from fireledger.waker import Waker
 
 if TYPE_CHECKING:   # imported where they run (startup time); named here for the annotations
     import uvicorn
@@ -170,7 +171,7 @@ class _Planes:
     timing: TimingNode | None = None
     server: uvicorn.Server | None = None
     app: FastAPI | None = None
-    fire_listener: threading.Event | None = None   # set to stop the dispatcher's LISTEN thread (0221)
+    fire_listener: Waker | None = None   # set to stop the dispatcher's LISTEN thread (0221)
 
 
 def _process_clock(store: Store, settings: Settings) -> Clock:
@@ -221,7 +222,7 @@ def _start_planes(store: Store, clock: Clock, roles: Sequence[str], listen: str 
     return planes
 
 
-def _listen_for_fires(store: Store, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> threading.Event | None:
+def _listen_for_fires(store: Store, dispatcher: Dispatcher, loop: asyncio.AbstractEventLoop) -> Waker | None:
     """On an engine that notifies (PostgreSQL): ``LISTEN fireledger_fires`` on a dedicated connection
     and wake ``dispatcher`` per notification — fires committed by a timing plane in any process are
     claimed at once instead of at the idle poll, which stays the backstop when the listener is down
@@ -434,7 +435,6 @@ def _replica_plan(db: str, roles: Sequence[str], settings: Settings) -> Litestre
 
 def _threads_still_running(wait_s: float) -> list[str]:
     """Names of the worker threads (not daemons) still running after up to ``wait_s`` seconds."""
-    import threading
     import time
 
     deadline = time.monotonic() + wait_s

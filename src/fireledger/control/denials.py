@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fireledger.waker import Waker
+
 log = logging.getLogger("fireledger.control")
 
 #: Length of an accounting window, seconds.
@@ -96,7 +98,7 @@ class DenialLedger:
         self._windows: dict[Key, _Window] = {}
         self._order: deque[tuple[int, Key]] = deque()   # (window start, key), oldest first
         self._flusher: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._stop = Waker()   # a timed wait that returns under a faked clock (waker.py)
         self._closed = False
 
     # --- accounting -----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from fireledger.errors import FireledgerError
+from fireledger.waker import Waker
 
 from . import queries
 from .pool import DEFAULT_MAX_IDLE, ConnectionPool
@@ -184,7 +185,7 @@ class SqliteEngine(Engine):
         #: The writer queue across processes (``<db>-writer.lock``, decision 0218).
         self.writer_queue = WriterFileLock(path)
         self._checkpointer: threading.Thread | None = None
-        self._stop_checkpointer = threading.Event()
+        self._stop_checkpointer = Waker()   # returns under a faked clock (waker.py)
         self._external_checkpoints = False
 
     def start_checkpointer(self, interval_s: float = 0.2) -> None:

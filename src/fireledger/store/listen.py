@@ -18,6 +18,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from fireledger.waker import Waker
+
 from .engine import dead_peer_options
 
 log = logging.getLogger("fireledger.store")
@@ -38,7 +40,7 @@ class ChannelListener:
         self.received = 0
         self.listening = threading.Event()
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Waker) -> None:
         """Listen until ``stop`` is set (seen within about a second); reconnect after any error."""
         import psycopg
 
@@ -58,10 +60,10 @@ class ChannelListener:
                 stop.wait(1.0)
         self.listening.clear()
 
-    def start(self, name: str) -> threading.Event:
+    def start(self, name: str) -> Waker:
         """Run in a daemon thread named ``name``; returns the event that stops it (it never blocks a
         process's exit: it holds nothing but its connection)."""
-        stop = threading.Event()
+        stop = Waker()   # a timed wait that returns under a faked clock (waker.py)
         threading.Thread(target=self.run, args=(stop,), name=name, daemon=True).start()
         return stop
 

@@ -42,6 +42,7 @@ from fireledger.domain.timing_records import Grant, Lease, NodeSession
 from fireledger.observe.metrics import METRICS
 from fireledger.settings import LeaseSettings  # the lease timing, read with every other setting
 from fireledger.store import Store
+from fireledger.waker import Waker
 
 log = logging.getLogger("fireledger.timing.leases")
 
@@ -423,7 +424,7 @@ class LeaseManager:
 
     # --- running -----------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Waker) -> None:
         """Cycle every ``cycle_s`` until ``stop`` is set; errors are logged and retried (a node that
         cannot renew runs out of time and stops claiming by itself)."""
         last_msg, last_at = "", -1e9

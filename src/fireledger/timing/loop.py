@@ -65,12 +65,12 @@ from fireledger.observe.metrics import METRICS
 from fireledger.recurrence import TZDATA_VERSION, RecurrenceError, format_instant
 from fireledger.settings import process_env
 from fireledger.store import Store, is_database_error
+from fireledger.waker import Waker
 
 from .exclusions import BatchCalendars, CalendarCache, annotate, calendars_for
 from .leases import LeaseManager, Ownership
 from .pace import HeldScan, gather_floor, sleep_after
 from .plans import Plan, VersionPlans, gc_paused, labelled
-from .waker import Waker
 
 log = logging.getLogger("fireledger.timing")
 

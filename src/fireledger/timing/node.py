@@ -38,6 +38,7 @@ from fireledger.settings import Settings
 from fireledger.store import Store, StoreError
 from fireledger.store.engine import dead_peer_options
 from fireledger.store.listen import DEFINITIONS_CHANNEL, ChannelListener
+from fireledger.waker import Waker
 
 from .clockguard import StepGuardClock
 from .leases import LeaseManager, LeaseSettings
@@ -126,7 +127,7 @@ class UnleasedSession:
             self.store.timing.prune_nodes(self.ROLE, now - int(self.prune_after_s * 1_000_000))
         self.beats += 1
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Waker) -> None:
         """Beat every ``interval_s`` until ``stop``; then mark the session stopped. A failed beat is
         logged and tried again (the fire path does not depend on this row)."""
         try:
@@ -156,7 +157,7 @@ class TimingNode:
         self.leases = leases
         self.shadow = shadow
         self.listener = listener
-        self._stop = threading.Event()
+        self._stop = Waker()   # the threads' timed waits return under a faked clock (waker.py)
         self._threads: list[threading.Thread] = []
         self._metrics_server: Any = None
 
@@ -210,7 +211,7 @@ class TimingNode:
     def stop(self) -> None:
         self.loop.stop()
 
-    def _start(self, name: str, target: Callable[[threading.Event], None]) -> None:
+    def _start(self, name: str, target: Callable[[Waker], None]) -> None:
         t = threading.Thread(target=target, args=(self._stop,), name=f"timing-{name}", daemon=True)
         t.start()
         self._threads.append(t)

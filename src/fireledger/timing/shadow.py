@@ -35,7 +35,6 @@ hash are counted as ``repartition_pending`` (not divergence: see ``fireledger pa
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -53,6 +52,7 @@ from fireledger.domain.timing_records import (
 )
 from fireledger.observe.metrics import METRICS
 from fireledger.store import Store
+from fireledger.waker import Waker
 
 log = logging.getLogger("fireledger.timing.shadow")
 
@@ -189,7 +189,7 @@ class ShadowRebuilder:
         in a partition must not turn an idle timing process into a busy one)."""
         return max(self.settings.interval_s, check_s * (1 - self.settings.budget) / self.settings.budget)
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: Waker) -> None:
         """Check one partition, pause (:meth:`pause_after`), repeat until ``stop`` is set (errors
         logged, retried)."""
         last_msg, last_at = "", -1e9
