@@ -65,7 +65,7 @@ class _Recording(Dispatcher):
 
     def _spawn(self, *a: Any, **kw: Any) -> None:
         super()._spawn(*a, **kw)
-        self.peak = max(self.peak, *self._flow_busy.values())
+        self.peak = max(self.peak, *self._gate.busy.values())
 
     def _take(self, res: ClaimResult) -> None:
         for c in res.jobs:

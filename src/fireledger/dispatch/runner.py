@@ -17,34 +17,28 @@ import asyncio
 import logging
 import math
 import random
-from collections import Counter, deque
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 
 from fireledger.clock import Clock
-from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
-from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob
-from fireledger.observe.logs import attempt_fields
-from fireledger.observe.metrics import METRICS, labelled
+from fireledger.domain.dispatch_records import ClaimResult, Settlement
+from fireledger.observe.metrics import METRICS
 from fireledger.security.egress import EgressPolicy
-from fireledger.security.targets import admit, admit_now
 from fireledger.settings import Settings
 from fireledger.store import Store
 
 from . import shaping
-from .credentials import KeyRingFile, authorization_header, body_sha256, mint
-from .http import HttpRequest, HttpResult, HttpSender
-from .internal import PREFIX as INTERNAL_PREFIX
-from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
+from .attempts import Attempts
+from .credentials import KeyRingFile
+from .held import FlowGate
+from .http import HttpSender
+from .internal import REGISTRY, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .pool import Flow
-from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error, time_to_next_s
-from .timers import Timer, Timers
+from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error
 
 __all__ = ["Dispatcher", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
@@ -55,29 +49,11 @@ LEASE_MARGIN_US = 5_000_000
 FLUSH_RETRY_MAX_S = 1.0
 DEFAULT_LEASE_US = 30_000_000 + LEASE_MARGIN_US
 
-ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts started, by lane and service class",
-                         ["lane", "admission"], registry=METRICS.registry)
 WAITING = Gauge("fireledger_dispatch_waiting", "Due fires offered but left waiting at the last claim round, "
                 "by class (what is being shed)", ["node", "admission"], registry=METRICS.registry)
 
 
-class _Held:
-    """An attempt claimed and held back until its flow has a free connection slot (decision 0242):
-    a list entry, not a task. ``since``: the ``loop.time()`` it began to wait (its timeout counts
-    from then); ``timer`` settles it, not sent, if it is still waiting at its timeout."""
-
-    __slots__ = ("claimed", "flow", "key", "req", "since", "timer")
-
-    def __init__(self, claimed: ClaimedJob, flow: Flow, key: str, req: HttpRequest | None, since: float) -> None:
-        self.claimed = claimed
-        self.flow = flow
-        self.key = key
-        self.req = req   # prepared as it was claimed (None: admission needed the store; done when started)
-        self.since = since
-        self.timer: Timer | None = None
-
-
-class Dispatcher:
+class Dispatcher(Attempts):
     """Drains the lanes of the ledger (see the module docstring).
 
     ``lanes`` limits which lanes this process serves; ``concurrency`` and ``batch`` override the
@@ -126,10 +102,7 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()   # attempts started and not yet finished
         # HTTP attempts per flow (tenant, origin, path; decision 0133): started and not finished, and
         # claimed but held back first come first served until the flow's adaptive limit has room (0242).
-        self._flow_busy: dict[Flow, int] = {}
-        self._held: dict[Flow, deque[_Held]] = {}
-        self.held = 0   # attempts claimed and held back for a connection of their flow now
-        self._held_timers: Timers | None = None
+        self._gate = FlowGate()
         self._running = False
         self._drained = False   # run() is stopping and its attempts are over: the flusher may end
         self._step_executor: ThreadPoolExecutor | None = None   # the stepping API's store thread
@@ -186,226 +159,6 @@ class Dispatcher:
                 out[lane] = 2 * free + 16   # room for candidates held back by a quota
         return out
 
-    # --- one attempt ----------------------------------------------------------------------------
-
-    async def _send(self, job: DispatchJob, key: str, since: float | None = None,
-                    req: HttpRequest | None = None) -> HttpResult:
-        """Admit and make one attempt; ``req``: the HTTP request already prepared (:meth:`_prepared`)."""
-        if req is None:
-            job, refused = await admit(self.store, job, self.clock.now().latest_us)  # trust: re-check + decrypt
-            if refused is not None:   # target unverified/lapsed or payload unreadable: not called, cause recorded
-                return HttpResult("failed", None, refused, 0.0)
-            f = job.fire
-            target = job.target
-            if target.kind == "queue":
-                # Delivery is the put on the tenant's queue, made with the settlement (one transaction).
-                return HttpResult("delivered", None, None, 0.0, sent=True)
-            if target.kind == "internal":
-                name = (target.url or "").removeprefix(INTERNAL_PREFIX)
-                call = InternalCall(key, f.trigger_id, from_us(f.scheduled_us), job.attempt, f.lane, f.kind,
-                                    f.version, decode_payload(f.tenant_id, job.payload))
-                return await self.internal.call(name, f.tenant_id, call, job.policies.timeout_s)
-            built = self._request(job, key)
-            if isinstance(built, HttpResult):
-                return built
-            req = built
-        assert self.sender is not None
-        return await self.sender.send(req, since=since)
-
-    def _request(self, job: DispatchJob, key: str) -> HttpRequest | HttpResult:
-        """The signed request of an admitted HTTP attempt, or the final result of one that cannot be built."""
-        f = job.fire
-        target = job.target
-        now_s = self.clock.now().latest_us // 1_000_000
-        try:
-            if target.url is None:
-                raise ValueError("the target has no URL")
-            body = dispatch_body(job, key)
-            headers: dict[str, str] = {}
-            if self.keys is not None:
-                # A credential that lives as long as this attempt (ADR-14).
-                token = mint(self.keys.ring(max_age_s=1.0), issuer=self.issuer, audience=target.url,
-                             subject=f.trigger_id, fire_key=key, attempt=job.attempt,
-                             body_sha256=body_sha256(body), now_s=now_s,
-                             expires_s=now_s + math.ceil(job.policies.timeout_s) + 1)
-                headers = authorization_header(token)
-            return HttpRequest(url=target.url, secret=target.secret, fire_key=key,
-                               msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
-                               timeout_s=job.policies.timeout_s, extra_headers=headers,
-                               pinned_addresses=job.pinned_addresses, tenant_id=f.tenant_id)
-        except ValueError as exc:
-            # A definition that cannot be sent is final, recorded with its cause (never looped).
-            return HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
-
-    def _prepared(self, job: DispatchJob, key: str) -> HttpRequest | HttpResult | None:
-        """An HTTP attempt admitted and its request built now, as it is claimed, when admission needs
-        no store read (:func:`admit_now`): the request, or the final result of one that must not or
-        cannot be sent; None when admission must read the store (done by the attempt's task)."""
-        got = admit_now(self.store, job, self.clock.now().latest_us)
-        if got is None:
-            return None
-        admitted, refused = got
-        if refused is not None:
-            return HttpResult("failed", None, refused, 0.0)
-        return self._request(admitted, key)
-
-    def _conclude(self, job: DispatchJob, res: HttpResult) -> None:
-        """Count one attempt's result and settle it (kept for the next recording; appended last)."""
-        f = job.fire
-        now_us = self.clock.now().latest_us
-        labelled(METRICS.attempts, f.lane, res.outcome).inc()
-        if res.outcome == "delivered":
-            METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
-        # The time left before the next instant bounds retries only: not computed for a final result.
-        until_next = None if res.outcome in ("delivered", "failed") else time_to_next_s(job, now_us)
-        self._results.append(settle(job, res, now_us, random.random(), until_next))
-
-    @staticmethod
-    def _log_result(job: DispatchJob, key: str, res: HttpResult) -> None:
-        f = job.fire
-        level = logging.DEBUG if res.outcome == "delivered" else logging.INFO
-        if log.isEnabledFor(level):
-            log.log(level, "attempt %s", res.outcome,
-                    extra=attempt_fields(key, job.attempt, res.outcome, trigger_id=f.trigger_id, lane=f.lane,
-                                         http_status=res.http_status, duration_s=res.duration_s))
-
-    def _unexpected(self, job: DispatchJob, res: HttpResult | None, exc: Exception) -> None:
-        # Every exception path settles the attempt with a cause (finding 5 of issue 13).
-        log.error("attempt %d of a fire of trigger %s failed unexpectedly (%s); recorded with that cause",
-                  job.attempt, job.fire.trigger_id, type(exc).__name__)
-        self._results.append(settle_on_error(job, res, exc, self.clock.now().latest_us))
-
-    async def _attempt(self, claimed: ClaimedJob, flow: Flow | None = None, since: float | None = None,
-                       key: str | None = None, req: HttpRequest | None = None) -> None:
-        job = claimed.job
-        f = job.fire
-        res: HttpResult | None = None
-        recorded = False
-        try:
-            if key is None:
-                key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
-            try:
-                res = await self._send(job, key, since, req)
-            finally:
-                if flow is not None:   # the connection is back: the flow's next held attempt may start
-                    self._release(flow)
-                    flow = None
-            self._conclude(job, res)
-            recorded = True
-            self._log_result(job, key, res)
-        except Exception as exc:
-            if not recorded:
-                self._unexpected(job, res, exc)
-        finally:
-            if flow is not None:
-                self._release(flow)
-            self._finished(claimed)
-
-    def _finished(self, claimed: ClaimedJob) -> None:
-        """An attempt (started or held) is over: its slots are free, and a claim round may follow."""
-        f = claimed.job.fire
-        if self._flush_event is not None:
-            self._flush_event.set()
-        self._inflight -= 1
-        self._lane_inflight[f.lane] -= 1
-        if claimed.admission == shaping.Admission.OVER_QUOTA.value:
-            self._over_inflight -= 1
-        lane_free = self.config.lane(f.lane).concurrency - self._lane_inflight[f.lane]
-        # Room for another claim round: worth one only if the last left work behind (decision 0151).
-        if self._left and (self.concurrency - self._inflight >= self._min_claim or lane_free == 1):
-            self.wake()
-
-    # --- attempts held for a connection of their flow (decision 0242) ----------------------------
-
-    def _flow_of(self, job: DispatchJob) -> Flow | None:
-        """The flow of an HTTP attempt (None: not HTTP, or a URL the sender will refuse anyway)."""
-        target = job.target
-        if self.sender is None or target.url is None or target.kind in ("queue", "internal"):
-            return None
-        try:
-            return self.sender.flow(target.url, job.fire.tenant_id)
-        except ValueError:
-            return None
-
-    def _allowed(self, flow: Flow) -> int:
-        """Attempts of ``flow`` its adaptive limit lets be in flight now (a closed sender: all of
-        them — each then fails at once, with its cause, as it did before)."""
-        assert self.sender is not None
-        try:
-            return self.sender.flow_allowed(flow)
-        except RuntimeError:
-            return self.concurrency
-
-    def _hold(self, claimed: ClaimedJob, flow: Flow, key: str, req: HttpRequest | None) -> None:
-        loop = asyncio.get_running_loop()
-        timers = self._held_timers
-        if timers is None or timers.loop is not loop:
-            timers = self._held_timers = Timers(loop)
-        h = _Held(claimed, flow, key, req, loop.time())
-        # Not sent once its timeout has passed waiting: its lease (claim + timeout + margin) holds until then.
-        h.timer = timers.call_at(h.since + claimed.job.policies.timeout_s, self._held_expired, h)
-        q = self._held.get(flow)
-        if q is None:
-            q = self._held[flow] = deque()
-        q.append(h)
-        self.held += 1
-
-    def _held_expired(self, h: _Held) -> None:
-        """``h`` waited until its timeout: settled ``retry``, not sent, as a wait in the pool ends."""
-        q = self._held.get(h.flow)
-        if q is None or h not in q:
-            return
-        q.remove(h)
-        if not q:
-            del self._held[h.flow]
-        self.held -= 1
-        job = h.claimed.job
-        res: HttpResult | None = None
-        try:
-            assert self.sender is not None
-            res = self.sender.held_result(h.flow, job.policies.timeout_s, h.since)
-            self._conclude(job, res)
-        except Exception as exc:
-            self._unexpected(job, res, exc)
-        else:
-            self._log_result(job, h.key, res)
-        finally:
-            self._finished(h.claimed)
-
-    def _release(self, flow: Flow) -> None:
-        """An attempt of ``flow`` ended: start the flow's held attempts, oldest first, while its limit
-        has room (the limit may have grown with this attempt's success, or shrunk with its drop)."""
-        busy = self._flow_busy[flow] - 1
-        q = self._held.get(flow)
-        if q is not None:   # (none once stop has dropped them: _drop_held)
-            allowed = self._allowed(flow)
-            while q and busy < allowed:
-                h = q.popleft()
-                if h.timer is not None:
-                    h.timer.cancel()
-                self.held -= 1
-                busy += 1
-                self._spawn(h.claimed, flow, h.since, h.key, h.req)
-            if not q:
-                del self._held[flow]
-        if busy:
-            self._flow_busy[flow] = busy
-        else:
-            del self._flow_busy[flow]
-
-    def _drop_held(self) -> int:
-        """Forget every held attempt (stopped past the drain: their leases lapse and they are
-        attempted again under the same key, as attempts cancelled in flight are); how many."""
-        dropped = self.held
-        for q in self._held.values():
-            for h in q:
-                if h.timer is not None:
-                    h.timer.cancel()
-                self._finished(h.claimed)
-        self._held.clear()
-        self.held = 0
-        return dropped
-
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """Record attempt results in batches until stopped and nothing is left to record. A batch
         the store refuses as a whole (it is down) is kept and tried again; an item the store cannot
@@ -460,51 +213,6 @@ class Dispatcher:
         if batch:   # the results finished since the last round, in the claim's transaction (decision 0233)
             return self.store.dispatch.settle_and_claim(batch, now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
         return [], self.store.dispatch.claim_shaped(now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
-
-    def _start(self, claimed: ClaimedJob) -> None:
-        lane = claimed.job.fire.lane
-        self._inflight += 1
-        self._lane_inflight[lane] += 1
-        if claimed.admission == shaping.Admission.OVER_QUOTA.value:
-            self._over_inflight += 1
-        self.admitted[claimed.admission] += 1
-        labelled(ADMISSIONS, lane, claimed.admission).inc()
-        job = claimed.job
-        flow = self._flow_of(job)
-        if flow is None:
-            self._spawn(claimed, None, None)
-            return
-        f = job.fire
-        key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
-        try:
-            req = self._prepared(job, key)
-        except Exception as exc:
-            self._unexpected(job, None, exc)
-            self._finished(claimed)
-            return
-        if isinstance(req, HttpResult):   # must not or cannot be sent: settled now, no task
-            try:
-                self._conclude(job, req)
-            except Exception as exc:
-                self._unexpected(job, req, exc)
-            else:
-                self._log_result(job, key, req)
-            finally:
-                self._finished(claimed)
-            return
-        # First come first served per flow: held while older ones wait or the limit is in use.
-        busy = self._flow_busy.get(flow, 0)
-        if flow in self._held or busy >= self._allowed(flow):
-            self._hold(claimed, flow, key, req)
-            return
-        self._flow_busy[flow] = busy + 1
-        self._spawn(claimed, flow, None, key, req)
-
-    def _spawn(self, claimed: ClaimedJob, flow: Flow | None, since: float | None, key: str | None = None,
-               req: HttpRequest | None = None) -> None:
-        t = asyncio.create_task(self._attempt(claimed, flow, since, key, req))
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
 
     async def _claim_round(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
                            cap: shaping.Capacity, fetch: dict[str, int], fold: bool = False) -> ClaimResult | None:
@@ -613,9 +321,7 @@ class Dispatcher:
         first to record them)."""
         while self._tasks:
             await asyncio.wait(set(self._tasks))
-        if self._held_timers is not None:
-            self._held_timers.close()
-            self._held_timers = None
+        self._gate.close()
         if self._step_executor is not None:
             self._step_executor.shutdown(wait=False)
             self._step_executor = None
@@ -693,9 +399,7 @@ class Dispatcher:
                     t.cancel()
                 if late:
                     await asyncio.wait(late, timeout=1.0)
-            if self._held_timers is not None:
-                self._held_timers.close()
-                self._held_timers = None
+            self._gate.close()
             self._drained = True
             self._flush_event.set()
             _, unfinished = await asyncio.wait({flusher}, timeout=max(0.1, deadline - loop.time()))
