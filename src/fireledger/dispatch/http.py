@@ -66,7 +66,7 @@ import yarl
 from aiohttp.abc import AbstractResolver
 
 from fireledger.dispatch import signing
-from fireledger.dispatch.pool import CONNECT_TIMEOUT_S, Pool
+from fireledger.dispatch.pool import CONNECT_TIMEOUT_S, Flow, Pool
 from fireledger.dispatch.retry import RETRY_AFTER_MAX_S
 from fireledger.dispatch.wire import ExchangeError, Target, parse_target, request_bytes
 from fireledger.security.egress import EgressPolicy
@@ -369,6 +369,26 @@ class HttpSender:
         lim = self._pool._limits.get((tenant_id, target.origin, target.path))
         return None if lim is None else lim.limit
 
+    def flow(self, url: str, tenant_id: str = "") -> Flow:
+        """The flow a request of ``tenant_id`` to ``url`` belongs to (tenant, origin, path): the unit
+        of connection slots and adaptive limits. Raises ``ValueError`` for a URL that cannot be sent to."""
+        target = self._target(url)
+        return (tenant_id, target.origin, target.path)
+
+    def flow_allowed(self, flow: Flow) -> int:
+        """How many requests of ``flow`` its adaptive limit lets be in flight now (the pool's
+        :meth:`~fireledger.dispatch.pool.Pool.flow_limit`). Raises ``RuntimeError`` when closed."""
+        return self._get_pool().flow_limit(flow).allowed
+
+    def held_result(self, flow: Flow, timeout_s: float, since: float) -> HttpResult:
+        """What :meth:`send` returns for a request of ``flow`` that waited from ``since`` (a
+        ``loop.time()``) until its timeout for a connection of its flow and was not sent: the
+        outcome and error a wait in the pool ends with (``retry``, naming the flow's limit)."""
+        pool = self._get_pool()
+        why = pool._no_slot(flow, False)
+        error = _clip(f"timed out before the request was sent ({timeout_s:g}s): {why}")
+        return HttpResult("retry", None, error, pool.loop.time() - since)
+
     async def close(self) -> None:
         """Close the pooled connections. Idempotent."""
         self._closed = True
@@ -376,19 +396,25 @@ class HttpSender:
         if pool is not None:
             await pool.close()
 
-    async def send(self, req: HttpRequest) -> HttpResult:
+    async def send(self, req: HttpRequest, *, since: float | None = None) -> HttpResult:
         """POST ``req`` once and classify the result (see the module docstring). Never raises for
-        network or target behaviour; raises ``RuntimeError`` if the sender is closed."""
+        network or target behaviour; raises ``RuntimeError`` if the sender is closed.
+
+        ``since``: the ``loop.time()`` at which the caller began holding the request back for a
+        connection of its flow (its own first-come-first-served queue, decision 0242). The timeout
+        then counts from ``since``, and the request is treated as one that waited in the pool: a
+        timeout before it was sent is the wait's, not a drop of the receiver."""
         pool = self._get_pool()
         start = time.perf_counter()
-        deadline = pool.loop.time() + req.timeout_s
+        deadline = (pool.loop.time() if since is None else since) + req.timeout_s
         try:
             target = self._target(req.url)
             data = request_bytes(target, req.headers(), req.body)
         except ValueError as exc:   # a request that cannot be made (cannot succeed on retry)
             return HttpResult("failed", None, _short(exc), time.perf_counter() - start)
         try:
-            reply = await pool.post(target, data, deadline, self._body_cap, req.pinned_addresses, req.tenant_id)
+            reply = await pool.post(target, data, deadline, self._body_cap, req.pinned_addresses, req.tenant_id,
+                                    since)
         except ExchangeError as exc:
             if exc.kind == "timeout":
                 if exc.sent:

@@ -363,7 +363,7 @@ class Pool:
     # --- the exchange ---------------------------------------------------------------------------
 
     async def post(self, target: Target, data: bytes, deadline: float, body_cap: int,
-                   pins: frozenset[str] | None = None, tenant: str = "") -> Reply:
+                   pins: frozenset[str] | None = None, tenant: str = "", since: float | None = None) -> Reply:
         """Write ``data`` on a pooled or new connection to ``target`` and wait for the response
         head (until ``deadline``, a ``loop.time()``), then read and discard at most ``body_cap``
         body bytes within what is left. Raises :class:`ExchangeError` when no head arrived.
@@ -371,18 +371,20 @@ class Pool:
         verified at); when it resolves to none of them, :class:`AddressNotVerified` is raised and
         nothing is sent. Ignored for an IP-literal host (the URL names the address). What came of
         the exchange adjusts the adaptive limit of the request's flow — ``tenant``, the origin and
-        ``target.path`` — and of that flow only (decision 0133)."""
+        ``target.path`` — and of that flow only (decision 0133). ``since``: the ``loop.time()`` the
+        caller began holding the request back for a slot of its flow (decision 0242): counted as a
+        wait here."""
         if self._closed:
             raise ExchangeError("closed", "the sender was closed", sent=False)
         origin = target.origin
         flow: Flow = (tenant, origin, target.path)
-        waited = 0.0
+        waited = 0.0 if since is None else max(1e-6, self.loop.time() - since)
         if self._can_take(flow):   # a free slot has no eligible waiter (_wake_waiters hands over)
             self._take(flow)
         else:
             queued = self.loop.time()
             await self._wait_slot(flow, deadline)
-            waited = self.loop.time() - queued
+            waited += self.loop.time() - queued
         lim = self.flow_limit(flow)
         epoch, inflight, started = lim.epoch, self._flow_use.get(flow, 0), self.loop.time()
         conn: Connection | None = None

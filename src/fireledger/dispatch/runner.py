@@ -22,27 +22,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge
 
 from fireledger.clock import Clock
-from fireledger.domain.dispatch_records import ClaimedJob, ClaimResult, Settlement
-from fireledger.domain.keys import FireKey, from_us
-from fireledger.domain.model import DispatchJob
-from fireledger.observe.logs import attempt_fields
-from fireledger.observe.metrics import METRICS, labelled
+from fireledger.domain.dispatch_records import ClaimResult, Settlement
+from fireledger.observe.metrics import METRICS
 from fireledger.security.egress import EgressPolicy
-from fireledger.security.targets import admit
 from fireledger.settings import Settings
 from fireledger.store import Store
 
 from . import shaping
-from .credentials import KeyRingFile, authorization_header, body_sha256, mint
-from .http import HttpRequest, HttpResult, HttpSender
-from .internal import PREFIX as INTERNAL_PREFIX
-from .internal import REGISTRY, InternalCall, InternalRegistry, load_modules
+from .attempts import Attempts
+from .credentials import KeyRingFile
+from .held import FlowGate
+from .http import HttpSender
+from .internal import REGISTRY, InternalRegistry, load_modules
 from .lanes import LANES, DispatchConfig
-from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error, time_to_next_s
+from .settling import _Shaper, decode_payload, dispatch_body, settle, settle_on_error
 
 __all__ = ["Dispatcher", "decode_payload", "dispatch_body", "settle", "settle_on_error"]
 
@@ -53,13 +49,11 @@ LEASE_MARGIN_US = 5_000_000
 FLUSH_RETRY_MAX_S = 1.0
 DEFAULT_LEASE_US = 30_000_000 + LEASE_MARGIN_US
 
-ADMISSIONS = PromCounter("fireledger_dispatch_admissions_total", "Attempts started, by lane and service class",
-                         ["lane", "admission"], registry=METRICS.registry)
 WAITING = Gauge("fireledger_dispatch_waiting", "Due fires offered but left waiting at the last claim round, "
                 "by class (what is being shed)", ["node", "admission"], registry=METRICS.registry)
 
 
-class Dispatcher:
+class Dispatcher(Attempts):
     """Drains the lanes of the ledger (see the module docstring).
 
     ``lanes`` limits which lanes this process serves; ``concurrency`` and ``batch`` override the
@@ -106,7 +100,11 @@ class Dispatcher:
         self.drain_s = 5.0   # how long run() waits, once stopped, for attempts in flight and their recording
         self._claiming: asyncio.Future[tuple[list[bool], ClaimResult]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()   # attempts started and not yet finished
+        # HTTP attempts per flow (tenant, origin, path; decision 0133): started and not finished, and
+        # claimed but held back first come first served until the flow's adaptive limit has room (0242).
+        self._gate = FlowGate()
         self._running = False
+        self._drained = False   # run() is stopping and its attempts are over: the flusher may end
         self._step_executor: ThreadPoolExecutor | None = None   # the stepping API's store thread
         self._own_step_sender = False
 
@@ -161,84 +159,6 @@ class Dispatcher:
                 out[lane] = 2 * free + 16   # room for candidates held back by a quota
         return out
 
-    # --- one attempt ----------------------------------------------------------------------------
-
-    async def _send(self, job: DispatchJob, key: str) -> HttpResult:
-        job, refused = await admit(self.store, job, self.clock.now().latest_us)  # trust: re-check + decrypt
-        if refused is not None:   # target unverified/lapsed or payload unreadable: not called, cause recorded
-            return HttpResult("failed", None, refused, 0.0)
-        f = job.fire
-        target = job.target
-        if target.kind == "queue":
-            # Delivery is the put on the tenant's queue, made with the settlement (one transaction).
-            return HttpResult("delivered", None, None, 0.0, sent=True)
-        if target.kind == "internal":
-            name = (target.url or "").removeprefix(INTERNAL_PREFIX)
-            call = InternalCall(key, f.trigger_id, from_us(f.scheduled_us), job.attempt, f.lane, f.kind, f.version,
-                                decode_payload(f.tenant_id, job.payload))
-            return await self.internal.call(name, f.tenant_id, call, job.policies.timeout_s)
-        assert self.sender is not None
-        now_s = self.clock.now().latest_us // 1_000_000
-        try:
-            if target.url is None:
-                raise ValueError("the target has no URL")
-            body = dispatch_body(job, key)
-            headers: dict[str, str] = {}
-            if self.keys is not None:
-                # A credential that lives as long as this attempt (ADR-14).
-                token = mint(self.keys.ring(max_age_s=1.0), issuer=self.issuer, audience=target.url,
-                             subject=f.trigger_id, fire_key=key, attempt=job.attempt,
-                             body_sha256=body_sha256(body), now_s=now_s,
-                             expires_s=now_s + math.ceil(job.policies.timeout_s) + 1)
-                headers = authorization_header(token)
-            req = HttpRequest(url=target.url, secret=target.secret, fire_key=key,
-                              msg_id=f"{key}.{job.attempt}", timestamp=now_s, body=body,
-                              timeout_s=job.policies.timeout_s, extra_headers=headers,
-                              pinned_addresses=job.pinned_addresses, tenant_id=f.tenant_id)
-        except ValueError as exc:
-            # A definition that cannot be sent is final, recorded with its cause (never looped).
-            return HttpResult("failed", None, f"cannot build the request: {exc}", 0.0)
-        return await self.sender.send(req)
-
-    async def _attempt(self, claimed: ClaimedJob) -> None:
-        job = claimed.job
-        f = job.fire
-        res: HttpResult | None = None
-        recorded = False
-        try:
-            key = str(FireKey(f.tenant_id, f.trigger_id, f.scheduled_us, f.seq))
-            res = await self._send(job, key)
-            now_us = self.clock.now().latest_us
-            labelled(METRICS.attempts, f.lane, res.outcome).inc()
-            if res.outcome == "delivered":
-                METRICS.delivery_lateness.observe((now_us - f.scheduled_us) / 1e6)
-            # The time left before the next instant bounds retries only: not computed for a final result.
-            until_next = None if res.outcome in ("delivered", "failed") else time_to_next_s(job, now_us)
-            self._results.append(settle(job, res, now_us, random.random(), until_next))
-            recorded = True
-            level = logging.DEBUG if res.outcome == "delivered" else logging.INFO
-            if log.isEnabledFor(level):
-                log.log(level, "attempt %s", res.outcome,
-                        extra=attempt_fields(key, job.attempt, res.outcome, trigger_id=f.trigger_id, lane=f.lane,
-                                             http_status=res.http_status, duration_s=res.duration_s))
-        except Exception as exc:
-            # Every exception path settles the attempt with a cause (finding 5 of issue 13).
-            log.error("attempt %d of a fire of trigger %s failed unexpectedly (%s); recorded with that cause",
-                      job.attempt, f.trigger_id, type(exc).__name__)
-            if not recorded:
-                self._results.append(settle_on_error(job, res, exc, self.clock.now().latest_us))
-        finally:
-            if self._flush_event is not None:
-                self._flush_event.set()
-            self._inflight -= 1
-            self._lane_inflight[f.lane] -= 1
-            if claimed.admission == shaping.Admission.OVER_QUOTA.value:
-                self._over_inflight -= 1
-            lane_free = self.config.lane(f.lane).concurrency - self._lane_inflight[f.lane]
-            # Room for another claim round: worth one only if the last left work behind (decision 0151).
-            if self._left and (self.concurrency - self._inflight >= self._min_claim or lane_free == 1):
-                self.wake()
-
     async def _flusher(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor) -> None:
         """Record attempt results in batches until stopped and nothing is left to record. A batch
         the store refuses as a whole (it is down) is kept and tried again; an item the store cannot
@@ -249,8 +169,8 @@ class Dispatcher:
         failures, last = 0, -math.inf
         while True:
             if not self._results:
-                if self._stopping:
-                    return
+                if self._stopping and self._drained:
+                    return   # (not before: attempts finishing during the drain are recorded too)
                 await self._flush_event.wait()
                 self._flush_event.clear()
                 continue
@@ -293,18 +213,6 @@ class Dispatcher:
         if batch:   # the results finished since the last round, in the claim's transaction (decision 0233)
             return self.store.dispatch.settle_and_claim(batch, now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
         return [], self.store.dispatch.claim_shaped(now_us, self.node_id, fetch, shaper, LEASE_MARGIN_US)
-
-    def _start(self, claimed: ClaimedJob) -> None:
-        lane = claimed.job.fire.lane
-        self._inflight += 1
-        self._lane_inflight[lane] += 1
-        if claimed.admission == shaping.Admission.OVER_QUOTA.value:
-            self._over_inflight += 1
-        self.admitted[claimed.admission] += 1
-        labelled(ADMISSIONS, lane, claimed.admission).inc()
-        t = asyncio.create_task(self._attempt(claimed))
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
 
     async def _claim_round(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor,
                            cap: shaping.Capacity, fetch: dict[str, int], fold: bool = False) -> ClaimResult | None:
@@ -396,7 +304,7 @@ class Dispatcher:
         error propagates. An attempt is bounded by its timeout, so this wait is too.
         """
         executor = self._stepping()
-        while self._tasks:
+        while self._tasks:   # held attempts start as these end, or are settled at their timeout
             await asyncio.wait(set(self._tasks))
         batch, self._results = self._results, []
         if not batch:
@@ -411,8 +319,9 @@ class Dispatcher:
         """Release what the stepping API opened (the HTTP session it created, its store thread).
         Attempts still running are waited for, their results left unrecorded (call :meth:`flush`
         first to record them)."""
-        if self._tasks:
+        while self._tasks:
             await asyncio.wait(set(self._tasks))
+        self._gate.close()
         if self._step_executor is not None:
             self._step_executor.shutdown(wait=False)
             self._step_executor = None
@@ -478,14 +387,20 @@ class Dispatcher:
             # get ``drain_s`` together; whatever is left then is cancelled, never waited for.
             self._stopping = True
             deadline = loop.time() + self.drain_s
-            if tasks:
-                _, late = await asyncio.wait(set(tasks), timeout=max(0.0, deadline - loop.time()))
+            # Held attempts start as the ones in flight end (a task ends after starting them).
+            while tasks and (left := deadline - loop.time()) > 0:
+                await asyncio.wait(set(tasks), timeout=left)
+            late = set(tasks)
+            if late or self.held:
+                log.warning("stopping: %d attempts still in flight after %.1f s are abandoned (their "
+                            "leases lapse and they are attempted again)", len(late) + self._drop_held(),
+                            self.drain_s)
+                for t in late:
+                    t.cancel()
                 if late:
-                    log.warning("stopping: %d attempts still in flight after %.1f s are abandoned (their "
-                                "leases lapse and they are attempted again)", len(late), self.drain_s)
-                    for t in late:
-                        t.cancel()
                     await asyncio.wait(late, timeout=1.0)
+            self._gate.close()
+            self._drained = True
             self._flush_event.set()
             _, unfinished = await asyncio.wait({flusher}, timeout=max(0.1, deadline - loop.time()))
             if unfinished:

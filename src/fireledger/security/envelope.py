@@ -367,6 +367,30 @@ def seal_payload(store: Any, tenant_id: str, trigger_id: str, version: int, plai
     return cipher_for(store).seal(tenant_id, trigger_id, version, plaintext)
 
 
+def open_job_payload_now(store: Any, job: Any) -> Any | None:
+    """:func:`open_job_payload` without waiting: its answer (or what it raises) when the tenant's
+    data key is cached in this process, else None (the key must be read from the store: call
+    :func:`open_job_payload`). Runs on the event loop (decision 0242)."""
+    f = job.fire
+    cipher = cipher_for(store)
+    target = job.target
+    signs = getattr(target, "kind", None) == "http"
+    hit = cipher.opened_cached(f.tenant_id, f.trigger_id, f.version, job.payload,
+                               target.id if signs else None, target.secret if signs else None)
+    if hit is not None:
+        plain, secret = hit
+        if not signs:
+            return evolve(job, payload=plain)
+        return evolve(job, payload=plain, target=evolve(target, secret=secret))
+    if not cipher.has_key(f.tenant_id):
+        return None
+    plain = cipher.open(f.tenant_id, f.trigger_id, f.version, job.payload)
+    if not signs:
+        return evolve(job, payload=plain)
+    secret = cipher.open_secret(target.tenant_id, target.id, target.secret)
+    return evolve(job, payload=plain, target=evolve(target, secret=secret))
+
+
 async def open_job_payload(store: Any, job: Any) -> Any:
     """The attempt runner's one decryption point: ``job`` with its payload opened. Raises
     :class:`PayloadUnreadable` (a ``ValueError``: the attempt is recorded ``failed`` with it as the

@@ -54,7 +54,7 @@ from fireledger.domain.keys import from_us
 from fireledger.recurrence import format_instant
 
 from .egress import EgressPolicy, EgressRefused, GuardedResolver, guarded_connector
-from .envelope import KekError, PayloadUnreadable, open_job_payload
+from .envelope import KekError, PayloadUnreadable, open_job_payload, open_job_payload_now
 from .flight import once
 
 WELL_KNOWN = "/.well-known/fireledger-verification/"
@@ -341,14 +341,43 @@ async def admit(store: Any, job: Any, now_us: int) -> tuple[Any, str | None]:
         job = evolve(job, pinned_addresses=trust.pinned)   # connect only where ownership was proved
     try:
         return await open_job_payload(store, job), None
-    except PayloadUnreadable as exc:
-        return job, f"not sent: {exc}"
-    except KekError as exc:
-        # The deployment's key-encryption key cannot unwrap this tenant's key: recorded with a cause
-        # (no path or key detail: the tenant reads it), the detail logged for the operator.
-        _log.error("tenant %s: the payload key cannot be unwrapped: %s", job.fire.tenant_id, exc)
-        return job, ("not sent: the payload cannot be opened: this deployment's key-encryption key does "
-                     "not unwrap the tenant's data key (KekError)")
+    except (PayloadUnreadable, KekError) as exc:
+        return job, _unopened(job, exc)
+
+
+def admit_now(store: Any, job: Any, now_us: int) -> tuple[Any, str | None] | None:
+    """:func:`admit` without waiting: its answer when all it needs is cached in this process (the
+    target's verification state, the tenant's data key), else None (call :func:`admit`). Runs on
+    the event loop: the attempt runner prepares an attempt with it as it is claimed (decision 0242)."""
+    target = job.target
+    trust = None
+    if getattr(target, "kind", "http") == "http":
+        found, trust = _cached_trust(store, target.id)
+        if not found:
+            return None
+        if trust is None:
+            return job, f"not sent: target {target.id} does not exist"
+        refusal = verification_problem(trust, now_us)
+        if refusal is not None:
+            return job, f"not sent: {refusal}"
+    if trust is not None and needs_pin(job.target.url):
+        job = evolve(job, pinned_addresses=trust.pinned)
+    try:
+        opened = open_job_payload_now(store, job)
+    except (PayloadUnreadable, KekError) as exc:
+        return job, _unopened(job, exc)
+    return None if opened is None else (opened, None)
+
+
+def _unopened(job: Any, exc: PayloadUnreadable | KekError) -> str:
+    """The recorded cause of an attempt whose payload cannot be opened."""
+    if isinstance(exc, PayloadUnreadable):
+        return f"not sent: {exc}"
+    # The deployment's key-encryption key cannot unwrap this tenant's key: recorded with a cause
+    # (no path or key detail: the tenant reads it), the detail logged for the operator.
+    _log.error("tenant %s: the payload key cannot be unwrapped: %s", job.fire.tenant_id, exc)
+    return ("not sent: the payload cannot be opened: this deployment's key-encryption key does "
+            "not unwrap the tenant's data key (KekError)")
 
 
 def forget_cached(target_id: str | None = None) -> None:
@@ -371,6 +400,7 @@ __all__ = [
     "VERIFICATION_TTL_S",
     "WELL_KNOWN",
     "admit",
+    "admit_now",
     "challenge_url",
     "dispatch_refusal",
     "expected_response",
