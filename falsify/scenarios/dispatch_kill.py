@@ -2,7 +2,8 @@
 PostgreSQL (claims with ``FOR UPDATE SKIP LOCKED``); one is killed with ``kill -9`` mid-run, holding
 attempts in flight.
 
-Real processes throughout: a throwaway PostgreSQL server, ``fireledger timing`` and two
+Real processes throughout: a database of its own on the run's throwaway PostgreSQL server
+(``falsify.timing_cluster.pg_server``, shared with the timing scenarios; decision 0238), ``fireledger timing`` and two
 ``fireledger dispatch`` processes, a real HTTP sink on loopback that takes 0.3 s to answer; the kill
 lands while the victim holds attempts in flight. Twenty triggers fire every second (timeout 2 s: a dead
 runner's lease lapses after 2 s + 5 s margin). After the kill the survivor carries on alone; then
@@ -28,9 +29,9 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 def kill_one_of_two(before_s: float, after_s: float) -> dict[str, Any]:
     from e2e import Service, cli, wait_until
+    from falsify.timing_cluster import pg_server
     from fireledger.domain.model import Policies
     from fireledger.store import Store
-    from pgserver import pg_server_from_env
     from sink import SinkServer
     from storekit import add_target, add_tenant, add_trigger
 
@@ -40,70 +41,70 @@ def kill_one_of_two(before_s: float, after_s: float) -> dict[str, Any]:
     sink = SinkServer(secrets=[SECRET])
     sink.start_in_thread()
     procs: list[Any] = []
-    with pg_server_from_env() as pg:
-        url = pg.new_database()
-        cli("db", "upgrade", "--db", url)
-        store = Store.open(url)
-        try:
-            env = {"FIRELEDGER_KEYRING": str(work / "keys.json")}
-            t = add_tenant(store, "shared")
-            tg = add_target(store, t, url=f"{sink.base_url}/slow/0.3", secret=SECRET)
-            from fireledger.clock import SystemClock
+    pg = pg_server()
+    url = pg.new_database(prefix="fl_falsify")
+    cli("db", "upgrade", "--db", url)
+    store = Store.open(url)
+    try:
+        env = {"FIRELEDGER_KEYRING": str(work / "keys.json")}
+        t = add_tenant(store, "shared")
+        tg = add_target(store, t, url=f"{sink.base_url}/slow/0.3", secret=SECRET)
+        from fireledger.clock import SystemClock
 
-            now = SystemClock().now().latest_us
-            for _ in range(20):
-                add_trigger(store, t, tg, {"every": "1s"}, now_us=now, policies=Policies(timeout_s=2.0))
-            a = Service(url, work, command="dispatch", env=env).start()
-            b = Service(url, work, command="dispatch", env=env).start()
-            timing = Service(url, work, command="timing", env=env).start()
-            procs += [a, b, timing]
+        now = SystemClock().now().latest_us
+        for _ in range(20):
+            add_trigger(store, t, tg, {"every": "1s"}, now_us=now, policies=Policies(timeout_s=2.0))
+        a = Service(url, work, command="dispatch", env=env).start()
+        b = Service(url, work, command="dispatch", env=env).start()
+        timing = Service(url, work, command="timing", env=env).start()
+        procs += [a, b, timing]
 
-            def nodes() -> set[str]:
-                with store.engine.read() as c:
-                    return {r[0] for r in c.execute("SELECT DISTINCT node FROM attempts").fetchall()}
-
-            wait_until(lambda: len(nodes()) >= 2, 30, "both dispatchers to make attempts", interval_s=0.2)
-            start = time.time()
-            wait_until(lambda: time.time() >= start + before_s, before_s + 5, "the first half", interval_s=0.2)
-            assert a.proc is not None
-            a_tag = f"-{a.proc.pid}-"
-
-            def a_holds() -> bool:
-                with store.engine.read() as c:
-                    return bool(c.execute("SELECT COUNT(*) FROM fires WHERE state = 'dispatching' "
-                                          "AND lease_owner LIKE %s", (f"%{a_tag}%",)).fetchone()[0])
-
-            wait_until(a_holds, 20, "the first dispatcher to hold attempts in flight", interval_s=0.01)
-            a.kill9()   # mid-attempt: the sink is still holding its requests
-            killed_at = time.time()
+        def nodes() -> set[str]:
             with store.engine.read() as c:
-                held = [tuple(r) for r in c.execute(
-                    "SELECT tenant_id, trigger_id, scheduled_us, seq FROM fires WHERE state = 'dispatching' "
-                    "AND lease_owner LIKE %s", (f"%{a_tag}%",)).fetchall()]
-            out["held_by_killed"] = len(held)
-            wait_until(lambda: time.time() >= killed_at + after_s, after_s + 5, "the second half", interval_s=0.2)
-            timing.stop()
+                return {r[0] for r in c.execute("SELECT DISTINCT node FROM attempts").fetchall()}
 
-            def settled() -> bool:
-                with store.engine.read() as c:
-                    return c.execute("SELECT COUNT(*) FROM fires WHERE state IN ('pending', 'dispatching')"
-                                     ).fetchone()[0] == 0
+        wait_until(lambda: len(nodes()) >= 2, 30, "both dispatchers to make attempts", interval_s=0.2)
+        start = time.time()
+        wait_until(lambda: time.time() >= start + before_s, before_s + 5, "the first half", interval_s=0.2)
+        assert a.proc is not None
+        a_tag = f"-{a.proc.pid}-"
 
-            wait_until(settled, 40, "every committed fire to settle", interval_s=0.25)
-            settled_at = time.time()
+        def a_holds() -> bool:
             with store.engine.read() as c:
-                states = dict(c.execute("SELECT state, COUNT(*) FROM fires GROUP BY state").fetchall())
-                attempts = {(r[0], r[1], r[2], r[3]): int(r[4]) for r in c.execute(
-                    "SELECT tenant_id, trigger_id, scheduled_us, seq, attempts FROM fires").fetchall()}
-                second = {(r[0], r[1], r[2], r[3]): r[4] for r in c.execute(
-                    "SELECT tenant_id, trigger_id, scheduled_us, seq, node FROM attempts WHERE attempt = 2"
-                ).fetchall()}
-                by_node = dict(c.execute("SELECT node, COUNT(*) FROM attempts GROUP BY node").fetchall())
-        finally:
-            for p in procs:
-                p.stop()
-            store.close()
-            sink.stop()
+                return bool(c.execute("SELECT COUNT(*) FROM fires WHERE state = 'dispatching' "
+                                      "AND lease_owner LIKE %s", (f"%{a_tag}%",)).fetchone()[0])
+
+        wait_until(a_holds, 20, "the first dispatcher to hold attempts in flight", interval_s=0.01)
+        a.kill9()   # mid-attempt: the sink is still holding its requests
+        killed_at = time.time()
+        with store.engine.read() as c:
+            held = [tuple(r) for r in c.execute(
+                "SELECT tenant_id, trigger_id, scheduled_us, seq FROM fires WHERE state = 'dispatching' "
+                "AND lease_owner LIKE %s", (f"%{a_tag}%",)).fetchall()]
+        out["held_by_killed"] = len(held)
+        wait_until(lambda: time.time() >= killed_at + after_s, after_s + 5, "the second half", interval_s=0.2)
+        timing.stop()
+
+        def settled() -> bool:
+            with store.engine.read() as c:
+                return c.execute("SELECT COUNT(*) FROM fires WHERE state IN ('pending', 'dispatching')"
+                                 ).fetchone()[0] == 0
+
+        wait_until(settled, 40, "every committed fire to settle", interval_s=0.25)
+        settled_at = time.time()
+        with store.engine.read() as c:
+            states = dict(c.execute("SELECT state, COUNT(*) FROM fires GROUP BY state").fetchall())
+            attempts = {(r[0], r[1], r[2], r[3]): int(r[4]) for r in c.execute(
+                "SELECT tenant_id, trigger_id, scheduled_us, seq, attempts FROM fires").fetchall()}
+            second = {(r[0], r[1], r[2], r[3]): r[4] for r in c.execute(
+                "SELECT tenant_id, trigger_id, scheduled_us, seq, node FROM attempts WHERE attempt = 2"
+            ).fetchall()}
+            by_node = dict(c.execute("SELECT node, COUNT(*) FROM attempts GROUP BY node").fetchall())
+    finally:
+        for p in procs:
+            p.stop()
+        store.close()
+        sink.stop()
     from fireledger.domain.keys import FireKey
 
     out["fires"] = sum(states.values())

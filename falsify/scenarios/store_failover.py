@@ -57,12 +57,6 @@ def _status(url: str) -> dict[str, Any]:
     return dict(json.loads(cli("status", "--db", url, "--json").stdout)["store"])
 
 
-def _verdict(out: dict[str, Any], failures: list[str]) -> dict[str, Any]:
-    out["failures"] = records_failures(out) + failures
-    out["passed"] = not out["failures"]
-    return out
-
-
 def _caught_up_at(url: str, since: float, until: float) -> float | None:
     """When (wall clock) the ledger on the read-write node first showed every trigger deciding again:
     a fire decided after ``since``, and each trigger's latest decided instant within
@@ -97,27 +91,38 @@ def primary_kill(shared: int, own: int, warmup_s: float, after_s: float,
     if (skip := _unavailable()) is not None:
         return skip
     with loaded_cluster(shared, own, warmup_s, "store-failover-") as run:
-        out = run.out
-        out["killed_node"] = run.cluster.primary()
-        killed_at = run.cluster.lose_node(str(out["killed_node"]))
-        end = killed_at + after_s
-        if steady_s is not None:
-            caught_up = _caught_up_at(run.url, killed_at, end - steady_s)
-            out["caught_up_s"] = None if caught_up is None else round(caught_up - killed_at, 2)
-            end = min(end, caught_up + steady_s) if caught_up is not None else end
-        run.wait(end)
-        out["promoted"] = promoted = run.cluster.primary()
-        at = run.cluster.reached(str(promoted), PROMOTED, killed_at) if promoted else None
-        out["promotion_s"] = None if at is None else round(at - killed_at, 2)
-        fires = finish(run)
-        out.update(figures(fires, run.sink.records(), killed_at, (run.started + 2, end - 2), run.triggers))
+        out = _run_phases(run, [_primary_kill(run, run.started, after_s, steady_s)])
+    out["passed"] = not out["failures"]
+    return out
+
+
+def _primary_kill(run: Loaded, since: float, after_s: float, steady_s: float | None) -> _Phase:
+    """Lose the primary's node now (see :func:`primary_kill`); judged on ``since + 2 … end − 2``."""
+    out: dict[str, Any] = {"killed_node": run.cluster.primary()}
+    killed_at = run.cluster.lose_node(str(out["killed_node"]))
+    end = killed_at + after_s
+    if steady_s is not None:
+        caught_up = _caught_up_at(run.url, killed_at, end - steady_s)
+        out["caught_up_s"] = None if caught_up is None else round(caught_up - killed_at, 2)
+        end = min(end, caught_up + steady_s) if caught_up is not None else end
+    run.wait(end)
+    out["promoted"] = promoted = run.cluster.primary()
+    at = run.cluster.reached(str(promoted), PROMOTED, killed_at) if promoted else None
+    out["promotion_s"] = None if at is None else round(at - killed_at, 2)
+
+    def settle(fires: list[tuple[Any, ...]]) -> None:
         out["logs_mention_store_loss"] = sum(p.log_text().count("store") for p in run.procs)
+
+    return _Phase(killed_at, (since + 2, end - 2), out, settle, _primary_kill_failures)
+
+
+def _primary_kill_failures(out: dict[str, Any]) -> list[str]:
     failures = []
     if out["rto_decided_s"] is None or out["rto_decided_s"] > RTO_LIMIT_S:
         failures.append(f"no fire decided on the new primary within {RTO_LIMIT_S} s ({out['rto_decided_s']})")
     if out.get("promoted") in (None, out.get("killed_node")):
         failures.append(f"the standby was not promoted (primary after: {out.get('promoted')})")
-    return _verdict(out, failures)
+    return failures
 
 
 @dataclass
@@ -266,15 +271,27 @@ def standby_loss(shared: int, own: int, warmup_s: float, lost_s: float, after_s:
     return out
 
 
-def standby_loss_then_switchover(shared: int, own: int) -> dict[str, Any]:
-    """The quick form of both planned-and-standby scenarios on one cluster (``make test``): the
-    standby lost and back, then a switchover, each judged as its own scenario on its own window."""
+def quick_forms_on_one_cluster(shared: int, own: int) -> dict[str, Any]:
+    """The quick forms of the three scenarios on one loaded cluster (``make test``, decision 0238):
+    the primary's node killed, the killed node started again (it rejoins as the standby) and the
+    same warm-up as a fresh cluster, the standby lost and back, then a switchover — each judged as its
+    own scenario on its own window (``phases``: kill, standby loss, switchover)."""
+    from e2e import wait_until
+
     if (skip := _unavailable()) is not None:
         return skip
-    with loaded_cluster(shared, own, 3.0, "store-standby-switchover-") as run:
-        first = _standby_loss(run, run.started, 6.0, 3.0)
-        second = _switchover(run, time.time(), 8.0)
-        out = _run_phases(run, [first, second])
+    with loaded_cluster(shared, own, 3.0, "store-quick-forms-") as run:
+        kill = _primary_kill(run, run.started, 20.0, 4.0)
+        rejoin_at = time.time()
+        run.cluster.rejoin()
+        wait_until(lambda: run.watch.first(rejoin_at, "fireledger_store_synchronous", 1.0), 30,
+                   "/metrics to say synchronous once the killed node rejoined", interval_s=0.25)
+        since = time.time()
+        kill.out["killed_node_rejoined_s"] = round(since - rejoin_at, 2)
+        run.wait(since + 3.0)                  # the warm-up a fresh cluster gets before its event
+        lost = _standby_loss(run, since, 6.0, 3.0)
+        switched = _switchover(run, time.time(), 8.0)
+        out = _run_phases(run, [kill, lost, switched])
     out["passed"] = not out["failures"]
     return out
 

@@ -58,7 +58,7 @@ import time
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -315,24 +315,39 @@ def _define(specs: list[dict[str, Any]], lo: datetime, work: Path, db: str, port
         clock.close()
 
 
-def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
-    """One zone's triggers across its transition: defined at x1 (:func:`_define`), then run by a fresh
-    service and sink on a clock at ``x<rate>`` that reaches the window after ``lead_s`` real
-    seconds. Returns the raw observations for :func:`judge`."""
-    from e2e import Service, free_port, wait_until
+def define_segment(t: Transition, n: int, quick: bool) -> dict[str, Any]:
+    """Phase one of a segment (:func:`_define`, on a SQLite file of its own) and what its instants
+    must be (:func:`oracle`): the input of :func:`segment`. Its work directory is removed by
+    :func:`segment`, or here when the definition fails."""
+    from e2e import free_port
 
+    lo, hi = window(t, quick)
+    work = Path(tempfile.mkdtemp(prefix="time-dst-"))
+    try:
+        db, port = f"sqlite:///{work}/fl.db", free_port()
+        specs = schedules(t.zone, n, t, lo - timedelta(hours=1))
+        uniq = sorted({json.dumps(s, sort_keys=True) for s in specs})
+        lo_us, hi_us = int(lo.timestamp() * S), int(hi.timestamp() * S)
+        expect_by_spec = {k: oracle(json.loads(k), lo_us, hi_us) for k in uniq}
+        by_id = _define(specs, lo, work, db, port)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return {"t": t, "work": work, "db": db, "port": port, "distinct_schedules": len(uniq), "by_id": by_id,
+            "expected": {tid: expect_by_spec[json.dumps(s, sort_keys=True)] for tid, s in by_id.items()}}
+
+
+def segment(defined: dict[str, Any], rate: int, quick: bool) -> dict[str, Any]:
+    """One zone's triggers across its transition, defined at x1 (:func:`define_segment`), run by a
+    fresh service and sink on a clock at ``x<rate>`` that reaches the window after ``lead_s`` real
+    seconds. Returns the raw observations for :func:`judge`."""
+    from e2e import Service, wait_until
+
+    t, work, db, port = defined["t"], defined["work"], defined["db"], defined["port"]
+    by_id, expected = defined["by_id"], defined["expected"]
     lo, hi = window(t, quick)
     lo_us, hi_us = int(lo.timestamp() * S), int(hi.timestamp() * S)
     lead_s = 5                                          # real seconds to start the sink and the service
-    work = Path(tempfile.mkdtemp(prefix="time-dst-"))
-    db, port = f"sqlite:///{work}/fl.db", free_port()
-    specs = schedules(t.zone, n, t, lo - timedelta(hours=1))
-    uniq = sorted({json.dumps(s, sort_keys=True) for s in specs})
-    with ThreadPoolExecutor(1) as pool:           # the oracle runs beside phase one
-        oracles = pool.map(lambda k: oracle(json.loads(k), lo_us, hi_us), uniq)
-        by_id = _define(specs, lo, work, db, port)
-        expect_by_spec = dict(zip(uniq, oracles, strict=True))
-    expected = {tid: expect_by_spec[json.dumps(s, sort_keys=True)] for tid, s in by_id.items()}
     n_expected = sum(len(v) for v in expected.values())
     clock = FakeClock(lo - timedelta(seconds=lead_s * rate), rate, work)
     sink: FakedSink | None = None
@@ -365,7 +380,7 @@ def segment(t: Transition, n: int, rate: int, quick: bool) -> dict[str, Any]:
         finally:
             con.close()
         return {"transition": t, "lo_us": lo_us, "hi_us": hi_us, "expected": expected, "fires": fires,
-                "records": records, "triggers": len(by_id), "distinct_schedules": len(uniq),
+                "records": records, "triggers": len(by_id), "distinct_schedules": defined["distinct_schedules"],
                 "lead_faked_s": (lo_us - started_us) // S}
     finally:
         if svc is not None:
@@ -445,9 +460,25 @@ def run(quick: bool) -> dict[str, Any]:
     if quick:   # one transition per zone, both directions and the 30-minute shift: QUICK_SEGMENTS
         jobs = [(name, t, per_pass // len(QUICK_SEGMENTS)) for name, t, _ in jobs
                 if (name, t.zone) in QUICK_SEGMENTS]
-    # One segment at a time: an accelerated service keeps most of a core busy (its fixed short
-    # sleeps are faked seconds), and this machine may have two.
-    segs = [{"pass": name, **judge(segment(t, n, rate, quick), rate)} for name, t, n in jobs]
+    # The definitions (phase one, at x1: nothing in them depends on how fast they run) three at a
+    # time, before any accelerated phase (decision 0238). Then one segment at a time: an accelerated
+    # service keeps most of a core busy (its fixed short sleeps are faked seconds), and this machine
+    # may have two.
+    with ThreadPoolExecutor(3) as pool:
+        pending = [pool.submit(define_segment, t, n, quick) for _, t, n in jobs]
+        wait(pending)
+    failed = [f for f in pending if f.exception() is not None]
+    if failed:
+        for f in pending:
+            if f.exception() is None:
+                shutil.rmtree(f.result()["work"], ignore_errors=True)
+        raise failed[0].exception()  # type: ignore[misc]
+    try:
+        segs = [{"pass": name, **judge(segment(f.result(), rate, quick), rate)}
+                for (name, _, _), f in zip(jobs, pending, strict=True)]
+    finally:                                            # the segments not run when one raised
+        for f in pending:
+            shutil.rmtree(f.result()["work"], ignore_errors=True)
     late = sorted(x for s in segs for x in s.pop("lateness_faked_s"))
     tot = {k: sum(s[k] for s in segs) for k in COUNTS}
     passed = (tot["instants"] > 0 and tot["gap_instants"] > 0 and tot["fold_instants"] > 0

@@ -16,6 +16,18 @@ LONG = {"trust-key-material"}
 PARAMS = [pytest.param(n, fn, id=n, marks=[pytest.mark.long] if n in LONG else []) for n, fn in SCENARIOS]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _scenarios_on_the_sessions_postgresql(pg_server):
+    """The scenarios that need PostgreSQL make their databases on the session's throwaway server
+    (``falsify.timing_cluster.pg_server`` would start a second one; decision 0238); each test's are
+    dropped after it, as any test's (decision 0223)."""
+    import falsify.timing_cluster as tc
+
+    before, tc._PG = tc._PG, pg_server
+    yield
+    tc._PG = before
+
+
 @pytest.mark.parametrize(("name", "fn"), PARAMS)
 def test_quick_scenario_passes(name, fn):
     res = run_one(name, fn)
