@@ -1,0 +1,321 @@
+"""Opening new connections for the dispatch plane's pool (:class:`~fireledger.dispatch.pool.Pool`):
+resolved and vetted through the egress guard, established within a connect timeout of their own,
+**one at a time per address set** (docs/decisions/0117-connect-timeout.md,
+0241-one-connect-in-flight-per-address.md).
+
+* A host name is resolved by :class:`~fireledger.security.egress.GuardedResolver` (refused as a
+  whole when any address is; kept :data:`DNS_TTL_S`), an IP literal is checked by the policy, and
+  each socket is opened by :func:`~fireledger.security.egress.guarded_socket_factory` to a vetted
+  address only (happy eyeballs over those addresses, as aiohttp does); TLS keeps SNI and
+  certificate verification.
+* A connection must be established (TCP and TLS) within ``connect_timeout_s`` of the request
+  needing it; a stalled connect (a receiver whose accept queue is full drops the SYN) is a
+  ``connect`` error, not a wait to the attempt's deadline.
+* New connections to one address set (the vetted addresses of one attempt, in the order happy
+  eyeballs tries them) are opened one at a time: the next starts when the one in flight is
+  established or failed, so a burst never sends a burst of SYNs into a small accept queue (the
+  standard library's server listens with a backlog of 5). A request waiting its turn takes an
+  idle keep-alive connection to its origin as soon as the pool hands one back (at a pinned address,
+  when pins apply); its wait counts against its connect timeout, and a connect timeout that ran out
+  while it waited is the same ``connect`` error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import aiohappyeyeballs
+from aiohttp.abc import AbstractResolver
+
+from fireledger.security.egress import EgressPolicy, GuardedResolver, guarded_socket_factory
+
+from .timers import Timers
+from .wire import AddressNotVerified, Connection, ExchangeError, Origin, Target, _describe, _norm
+
+__all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "ConnectStats", "Dialer"]
+
+#: A host name's vetted addresses are reused for new connections this long (aiohttp's default too).
+DNS_TTL_S = 10.0
+HAPPY_EYEBALLS_DELAY_S = 0.25
+#: Default bound on establishing a connection and on the receiver's TCP acknowledging a request.
+CONNECT_TIMEOUT_S = 5.0
+#: What new connections are opened to, one at a time: the addresses (sockaddr tuples, in the order
+#: happy eyeballs tries them) of one connection attempt.
+DialKey = tuple[Any, ...]
+#: What a request waiting to open a connection is woken with, besides an idle connection handed over.
+_TURN = "turn"          # its turn to open one (the count of connects in flight was taken for it)
+_EXPIRED = "expired"    # its connect bound (or deadline) passed first
+_CLOSED = "closed"      # the pool was closed
+
+
+class ConnectStats(NamedTuple):
+    """New connections of a pool now: ``in_flight`` connects (TCP and TLS) not yet established or
+    failed, ``waiting`` requests waiting for the one in flight to their addresses, and
+    ``most_in_flight`` — the most connects that were ever in flight to one address set at once
+    (decision 0241: 1)."""
+
+    in_flight: int
+    waiting: int
+    most_in_flight: int
+
+
+class _DialWait:
+    """A request waiting for the connect in flight to its addresses to end (``fut``: a connection
+    handed over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``); ``origin`` and ``pins`` say which idle
+    connections it may be handed (those of its origin, connected to a pinned address)."""
+
+    __slots__ = ("fut", "origin", "pins")
+
+    def __init__(self, fut: asyncio.Future[object], origin: Origin, pins: frozenset[str] | None) -> None:
+        self.fut = fut
+        self.origin = origin
+        self.pins = pins
+
+
+class Dialer:
+    """Opens the new connections of one pool (see the module docstring), bound to ``loop``; its
+    waits are armed on the pool's ``timers``. ``on_lost`` is each connection's close callback,
+    ``make_room`` runs just before a connect starts (the pool closes an idle connection when its
+    limit is reached), ``park`` takes back a connection handed to a request that was cancelled
+    before using it. :attr:`waits` is non-empty while requests wait for a connect in flight."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, policy: EgressPolicy,
+                 ssl_context: ssl.SSLContext | None, resolver: AbstractResolver | None,
+                 connect_timeout_s: float, timers: Timers, on_lost: Callable[[Connection], None],
+                 make_room: Callable[[], None], park: Callable[[Connection], None]) -> None:
+        self.loop = loop
+        self.connect_timeout_s = connect_timeout_s
+        self._policy = policy
+        self._resolver = GuardedResolver(policy, resolver)
+        self._socket_factory: Callable[[tuple[Any, ...]], socket.socket] = guarded_socket_factory(policy)
+        self._ssl_context = ssl_context
+        self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
+        self._timers = timers
+        self._on_lost = on_lost
+        self._make_room = make_room
+        self._park = park
+        #: connects in flight per address set (1 at most: the others wait in ``waits``)
+        self._dialing: dict[DialKey, int] = {}
+        self.waits: dict[DialKey, collections.deque[_DialWait]] = {}
+        #: the most connects that were ever in flight to one address set at once
+        self.most_connecting = 0
+        self.closed = False
+
+    async def _addr_infos(self, target: Target, pins: frozenset[str] | None = None) -> list[tuple[Any, ...]]:
+        infos = await self._resolved(target)
+        if pins is None or target.ip is not None:
+            return infos
+        kept = [i for i in infos if _norm(str(i[4][0])) in pins]
+        if not kept:
+            _scheme, host, _port = target.origin
+            now_at = ", ".join(sorted({str(i[4][0]) for i in infos}))
+            raise AddressNotVerified(
+                f"egress refused: {host} now resolves to {now_at}, none of the addresses its ownership was "
+                f"verified at ({', '.join(sorted(pins))}); verify the target again")
+        return kept
+
+    async def _resolved(self, target: Target) -> list[tuple[Any, ...]]:
+        _scheme, host, port = target.origin
+        if target.ip is not None:
+            self._policy.check(host, target.ip)   # an IP literal is not resolved: vet it here
+            family = socket.AF_INET6 if ":" in target.ip else socket.AF_INET
+            addr = (target.ip, port, 0, 0) if family == socket.AF_INET6 else (target.ip, port)
+            return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)]
+        key = (host, port)
+        now = self.loop.time()
+        hit = self._dns.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        try:
+            hosts = await self._resolver.resolve(host, port, family=socket.AF_UNSPEC)
+        except OSError as exc:
+            raise ExchangeError("dns", f"cannot resolve {host}: {_describe(exc)}", sent=False) from None
+        infos = []
+        for h in hosts:
+            fam = h["family"]
+            addr = (h["host"], h["port"], 0, 0) if fam == socket.AF_INET6 else (h["host"], h["port"])
+            infos.append((fam, socket.SOCK_STREAM, h["proto"] or socket.IPPROTO_TCP, "", addr))
+        if len(self._dns) > 1024:
+            self._dns.clear()
+        self._dns[key] = (now + DNS_TTL_S, infos)
+        return infos
+
+    async def connect(self, target: Target, deadline: float, pins: frozenset[str] | None = None) -> Connection:
+        """A new connection to ``target``: resolved and vetted by the end of ``deadline``, then
+        established (TCP and TLS) within ``connect_timeout_s`` — a stalled connect (a receiver whose
+        accept queue is full drops the SYN) is a ``connect`` error, not a wait to the deadline."""
+        scheme, host, port = target.origin
+        try:
+            async with asyncio.timeout_at(deadline):
+                infos = await self._addr_infos(target, pins)
+                self._policy.check_scheme(host, scheme)   # after the address: its reason is the graver
+            return await self._open(target, infos, deadline, pins if target.ip is None else None)
+        except TimeoutError:
+            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
+
+    async def _open(self, target: Target, infos: list[tuple[Any, ...]], deadline: float,
+                    pins: frozenset[str] | None = None) -> Connection:
+        """A connection to ``target`` at one of ``infos``: established (TCP and TLS) within
+        ``connect_timeout_s`` of the call — waiting for the connect already in flight to the same
+        addresses included — or an idle connection to the origin (at an address in ``pins``, when
+        given) handed back while it waited."""
+        _scheme, host, port = target.origin
+        bound = self.loop.time() + self.connect_timeout_s
+        stalled = bound < deadline   # the connect bound ends first: running out of it is the receiver's
+        key: DialKey = tuple(i[4] for i in infos)
+        retry = False
+        while key in self._dialing:   # one connect in flight per address set: wait for its end
+            got = await self._wait_dial(key, target.origin, pins, min(bound, deadline), retry)
+            if got is _TURN:
+                break   # the count of connects in flight was taken for this request
+            if got is _CLOSED:
+                raise ExchangeError("closed", "the sender was closed", sent=False)
+            if got is _EXPIRED:
+                if stalled:
+                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
+                                        f"{self.connect_timeout_s:g}s (connect timeout): waited behind the "
+                                        f"connection being opened to the same address (one at a time)",
+                                        sent=False)
+                raise ExchangeError("timeout", "timed out connecting", sent=False)
+            assert isinstance(got, Connection)
+            if got.usable(self.loop.time()):
+                return got   # an idle connection to the origin, handed back meanwhile
+            got.abort()
+            retry = True
+        else:
+            self._count_dial(key)
+        try:
+            if self.closed:
+                raise ExchangeError("closed", "the sender was closed", sent=False)
+            self._make_room()
+            return await self._dial(target, infos, bound, deadline, stalled)
+        finally:
+            self._dialed(key)
+
+    def stats(self) -> ConnectStats:
+        """Connects now, and the most ever in flight to one address set at once."""
+        waiting = sum(1 for q in self.waits.values() for w in q if not w.fut.done())
+        return ConnectStats(sum(self._dialing.values()), waiting, self.most_connecting)
+
+    def _count_dial(self, key: DialKey) -> None:
+        n = self._dialing[key] = self._dialing.get(key, 0) + 1
+        if n > self.most_connecting:
+            self.most_connecting = n
+
+    def _dialed(self, key: DialKey) -> None:
+        """A connect to ``key`` ended (established or failed): the next request waiting for it
+        opens its own (it is counted in flight from now)."""
+        left = self._dialing[key] - 1
+        if left:
+            self._dialing[key] = left
+        else:
+            del self._dialing[key]
+        q = self.waits.get(key)
+        if q is None:
+            return
+        while q:
+            w = q.popleft()
+            if not w.fut.done():
+                self._count_dial(key)
+                w.fut.set_result(_TURN)
+                break
+        if not q:
+            del self.waits[key]
+
+    async def _wait_dial(self, key: DialKey, origin: Origin, pins: frozenset[str] | None, until: float,
+                         front: bool) -> object:
+        """Wait (until ``until``) for the connect to ``key`` in flight: an idle connection handed
+        over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``. ``front``: it waited before (a connection
+        handed to it was unusable), so it keeps its place."""
+        w = _DialWait(self.loop.create_future(), origin, pins)
+        q = self.waits.setdefault(key, collections.deque())
+        if front:
+            q.appendleft(w)
+        else:
+            q.append(w)
+        timer = self._timers.call_at(until, _expire_dial, w.fut)
+        try:
+            return await w.fut
+        except BaseException:
+            if w.fut.done() and not w.fut.cancelled():   # handed something, then cancelled
+                got = w.fut.result()
+                if got is _TURN:
+                    self._dialed(key)
+                elif isinstance(got, Connection):
+                    if self.closed:
+                        got.abort()
+                    else:
+                        self._park(got)
+            raise
+        finally:
+            timer.cancel()
+
+    def hand_over(self, conn: Connection) -> bool:
+        """Hand ``conn`` (just parked) to the first request waiting to open a connection to its
+        origin that may use it (its address pinned, when pins apply); False when none may."""
+        for key, q in self.waits.items():
+            for w in q:
+                if (not w.fut.done() and w.origin == conn.origin
+                        and (w.pins is None or conn.peer in w.pins)):
+                    q.remove(w)
+                    if not q:
+                        del self.waits[key]
+                    w.fut.set_result(conn)
+                    return True
+        return False
+
+    async def _dial(self, target: Target, infos: list[tuple[Any, ...]], bound: float, deadline: float,
+                    stalled: bool) -> Connection:
+        _scheme, host, port = target.origin
+        try:
+            async with asyncio.timeout_at(min(bound, deadline)):
+                try:
+                    sock = await aiohappyeyeballs.start_connection(
+                        infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
+                        socket_factory=self._socket_factory)
+                except (OSError, RuntimeError) as exc:   # uvloop may say RuntimeError
+                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
+                                        sent=False) from None
+                conn = Connection(self._on_lost, target.origin)
+                ctx: ssl.SSLContext | None = None
+                if target.tls:
+                    if self._ssl_context is None:
+                        self._ssl_context = ssl.create_default_context()
+                    ctx = self._ssl_context
+                try:
+                    await self.loop.create_connection(
+                        lambda: conn, sock=sock, ssl=ctx,
+                        server_hostname=target.server_hostname if ctx is not None else None)
+                except (OSError, RuntimeError) as exc:   # ssl.SSLError is an OSError
+                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
+                                        sent=False) from None
+        except TimeoutError:
+            if stalled:
+                raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
+                                    f"{self.connect_timeout_s:g}s (connect timeout)", sent=False) from None
+            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
+        if self.closed:
+            conn.abort()
+            raise ExchangeError("closed", "the sender was closed", sent=False)
+        return conn
+
+    async def close(self) -> None:
+        """Release the requests waiting to connect (``the sender was closed``) and the resolver; a
+        connect in flight ends as closed when it ends. Idempotent."""
+        self.closed = True
+        waits, self.waits = self.waits, {}
+        for q in waits.values():
+            for w in q:
+                if not w.fut.done():
+                    w.fut.set_result(_CLOSED)
+        await self._resolver.close()
+
+
+def _expire_dial(fut: asyncio.Future[object]) -> None:
+    if not fut.done():
+        fut.set_result(_EXPIRED)
