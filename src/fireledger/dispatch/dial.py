@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import socket
 import ssl
 from collections.abc import Callable
@@ -65,29 +66,35 @@ class ConnectStats(NamedTuple):
 
 
 class _DialWait:
-    """A request waiting for the connect in flight to its addresses to end (``fut``: a connection
-    handed over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``); ``origin`` and ``pins`` say which idle
-    connections it may be handed (those of its origin, connected to a pinned address)."""
+    """A request waiting for a connection: for the connect in flight to its addresses to end
+    (``fut``: a connection handed over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``), or — ``opener`` —
+    for the connect it opened itself (``fut``: its task when it ends, or a connection handed over
+    first). ``origin`` and ``pins`` say which idle connections it may be handed (those of its
+    origin, connected to a pinned address)."""
 
-    __slots__ = ("fut", "origin", "pins")
+    __slots__ = ("fut", "opener", "origin", "pins")
 
-    def __init__(self, fut: asyncio.Future[object], origin: Origin, pins: frozenset[str] | None) -> None:
+    def __init__(self, fut: asyncio.Future[object], origin: Origin, pins: frozenset[str] | None,
+                 opener: bool = False) -> None:
         self.fut = fut
         self.origin = origin
         self.pins = pins
+        self.opener = opener
 
 
 class Dialer:
     """Opens the new connections of one pool (see the module docstring), bound to ``loop``; its
     waits are armed on the pool's ``timers``. ``on_lost`` is each connection's close callback,
     ``make_room`` runs just before a connect starts (the pool closes an idle connection when its
-    limit is reached), ``park`` takes back a connection handed to a request that was cancelled
-    before using it. :attr:`waits` is non-empty while requests wait for a connect in flight."""
+    limit is reached), ``adopt`` takes a connection nobody waits for into the pool (one handed to a
+    request cancelled before using it, or a connect that ended after the request that opened it
+    was served by another connection). :attr:`waits` is non-empty while requests wait for a
+    connection."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, policy: EgressPolicy,
                  ssl_context: ssl.SSLContext | None, resolver: AbstractResolver | None,
                  connect_timeout_s: float, timers: Timers, on_lost: Callable[[Connection], None],
-                 make_room: Callable[[], None], park: Callable[[Connection], None]) -> None:
+                 make_room: Callable[[], None], adopt: Callable[[Connection], None]) -> None:
         self.loop = loop
         self.connect_timeout_s = connect_timeout_s
         self._policy = policy
@@ -98,7 +105,8 @@ class Dialer:
         self._timers = timers
         self._on_lost = on_lost
         self._make_room = make_room
-        self._park = park
+        self._adopt = adopt
+        self._dials: set[asyncio.Task[Connection]] = set()
         #: connects in flight per address set (1 at most: the others wait in ``waits``)
         self._dialing: dict[DialKey, int] = {}
         self.waits: dict[DialKey, collections.deque[_DialWait]] = {}
@@ -189,17 +197,75 @@ class Dialer:
             retry = True
         else:
             self._count_dial(key)
+        if self.closed:
+            self._dialed(key)
+            raise ExchangeError("closed", "the sender was closed", sent=False)
+        self._make_room()
+        return await self._open_own(key, target, infos, bound, deadline, stalled, pins)
+
+    async def _open_own(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
+                        deadline: float, stalled: bool, pins: frozenset[str] | None) -> Connection:
+        """Open a connection to ``key`` (counted in flight already) as a task of its own, and wait for
+        it — or for an idle connection to the origin handed back first: then the connect goes on
+        without this request and its connection joins the pool when established (a SYN the
+        receiver's full queue dropped delays the pool's growth, not this request)."""
+        task = self.loop.create_task(self._dial_counted(key, target, infos, bound, deadline, stalled))
+        self._dials.add(task)
+        box: list[_DialWait] = []   # the opener's current wait (a new one after an unusable hand-over)
+        task.add_done_callback(functools.partial(self._dial_ended, box))
+        while True:
+            w = _DialWait(self.loop.create_future(), target.origin, pins, opener=True)
+            box[:] = [w]
+            self.waits.setdefault(key, collections.deque()).appendleft(w)   # the first to be handed one
+            try:
+                got = await w.fut
+            except BaseException:   # cancelled: the connect is abandoned with it (as at stop)
+                task.cancel()
+                if w.fut.done() and not w.fut.cancelled():
+                    got = w.fut.result()
+                    if got is task and not task.cancelled() and task.exception() is None:
+                        got = task.result()
+                    if isinstance(got, Connection):
+                        self._keep(got)
+                raise
+            if got is task:
+                if task.cancelled():   # the pool was closed
+                    raise ExchangeError("closed", "the sender was closed", sent=False)
+                return task.result()   # established, or its ExchangeError
+            assert isinstance(got, Connection)
+            if got.usable(self.loop.time()):
+                return got   # the connect goes on for the pool
+            got.abort()   # and wait again, first in line, for its own connect or another connection
+
+    async def _dial_counted(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
+                            deadline: float, stalled: bool) -> Connection:
         try:
-            if self.closed:
-                raise ExchangeError("closed", "the sender was closed", sent=False)
-            self._make_room()
             return await self._dial(target, infos, bound, deadline, stalled)
         finally:
-            self._dialed(key)
+            self._dialed(key)   # the next request waiting its turn opens the next one
+
+    def _dial_ended(self, box: list[_DialWait], task: asyncio.Task[Connection]) -> None:
+        """``task`` (a connect opened by the request waiting as ``box[0]``) ended: the request gets
+        it, or, served meanwhile by another connection (or gone), leaves it to the pool."""
+        self._dials.discard(task)
+        w = box[0]
+        if not w.fut.done():
+            w.fut.set_result(task)
+            return
+        if task.cancelled() or task.exception() is not None:
+            return   # nobody waits for it (the error is retrieved here)
+        self._keep(task.result())
+
+    def _keep(self, conn: Connection) -> None:
+        """A connection no request holds: into the pool, or closed with a closed pool."""
+        if self.closed:
+            conn.abort()
+        else:
+            self._adopt(conn)
 
     def stats(self) -> ConnectStats:
         """Connects now, and the most ever in flight to one address set at once."""
-        waiting = sum(1 for q in self.waits.values() for w in q if not w.fut.done())
+        waiting = sum(1 for q in self.waits.values() for w in q if not w.fut.done() and not w.opener)
         return ConnectStats(sum(self._dialing.values()), waiting, self.most_connecting)
 
     def _count_dial(self, key: DialKey) -> None:
@@ -220,7 +286,7 @@ class Dialer:
             return
         while q:
             w = q.popleft()
-            if not w.fut.done():
+            if not w.fut.done() and not w.opener:   # an opener's connect just ended: it gets that
                 self._count_dial(key)
                 w.fut.set_result(_TURN)
                 break
@@ -247,10 +313,7 @@ class Dialer:
                 if got is _TURN:
                     self._dialed(key)
                 elif isinstance(got, Connection):
-                    if self.closed:
-                        got.abort()
-                    else:
-                        self._park(got)
+                    self._keep(got)
             raise
         finally:
             timer.cancel()
@@ -308,10 +371,12 @@ class Dialer:
         """Release the requests waiting to connect (``the sender was closed``) and the resolver; a
         connect in flight ends as closed when it ends. Idempotent."""
         self.closed = True
+        for task in list(self._dials):   # their openers end as closed
+            task.cancel()
         waits, self.waits = self.waits, {}
         for q in waits.values():
             for w in q:
-                if not w.fut.done():
+                if not w.fut.done() and not w.opener:
                     w.fut.set_result(_CLOSED)
         await self._resolver.close()
 

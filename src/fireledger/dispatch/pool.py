@@ -86,7 +86,7 @@ class Pool:
         self.timers = Timers(loop)
         self._dialer = Dialer(loop, policy=policy, ssl_context=ssl_context, resolver=resolver,
                               connect_timeout_s=connect_timeout_s, timers=self.timers, on_lost=self._forget,
-                              make_room=self._make_room, park=self._put_idle)
+                              make_room=self._make_room, adopt=self._adopt)
         self._closed = False
 
     # --- slots ----------------------------------------------------------------------------------
@@ -212,6 +212,11 @@ class Pool:
         self._idle_count += 1
         if self._sweep is None:
             self._sweep = self.loop.call_later(KEEPALIVE_S, self._sweep_idle)
+
+    def _adopt(self, conn: Connection) -> None:
+        """A connection no request waits for joins the pool (handed to an idle waiter, or parked)."""
+        self._all.add(conn)
+        self._put_idle(conn)
 
     def _sweep_idle(self) -> None:
         self._sweep = None
