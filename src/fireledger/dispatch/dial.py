@@ -176,9 +176,8 @@ class Dialer:
         bound = self.loop.time() + self.connect_timeout_s
         stalled = bound < deadline   # the connect bound ends first: running out of it is the receiver's
         key: DialKey = tuple(i[4] for i in infos)
-        retry = False
         while key in self._dialing:   # one connect in flight per address set: wait for its end
-            got = await self._wait_dial(key, target.origin, pins, min(bound, deadline), retry)
+            got = await self._wait_dial(key, target.origin, pins, min(bound, deadline))
             if got is _TURN:
                 break   # the count of connects in flight was taken for this request
             if got is _CLOSED:
@@ -191,10 +190,7 @@ class Dialer:
                                         sent=False)
                 raise ExchangeError("timeout", "timed out connecting", sent=False)
             assert isinstance(got, Connection)
-            if got.usable(self.loop.time()):
-                return got   # an idle connection to the origin, handed back meanwhile
-            got.abort()
-            retry = True
+            return got   # an idle connection to the origin, handed back meanwhile
         else:
             self._count_dial(key)
         if self.closed:
@@ -211,31 +207,26 @@ class Dialer:
         receiver's full queue dropped delays the pool's growth, not this request)."""
         task = self.loop.create_task(self._dial_counted(key, target, infos, bound, deadline, stalled))
         self._dials.add(task)
-        box: list[_DialWait] = []   # the opener's current wait (a new one after an unusable hand-over)
-        task.add_done_callback(functools.partial(self._dial_ended, box))
-        while True:
-            w = _DialWait(self.loop.create_future(), target.origin, pins, opener=True)
-            box[:] = [w]
-            self.waits.setdefault(key, collections.deque()).appendleft(w)   # the first to be handed one
-            try:
-                got = await w.fut
-            except BaseException:   # cancelled: the connect is abandoned with it (as at stop)
-                task.cancel()
-                if w.fut.done() and not w.fut.cancelled():
-                    got = w.fut.result()
-                    if got is task and not task.cancelled() and task.exception() is None:
-                        got = task.result()
-                    if isinstance(got, Connection):
-                        self._keep(got)
-                raise
-            if got is task:
-                if task.cancelled():   # the pool was closed
-                    raise ExchangeError("closed", "the sender was closed", sent=False)
-                return task.result()   # established, or its ExchangeError
-            assert isinstance(got, Connection)
-            if got.usable(self.loop.time()):
-                return got   # the connect goes on for the pool
-            got.abort()   # and wait again, first in line, for its own connect or another connection
+        w = _DialWait(self.loop.create_future(), target.origin, pins, opener=True)
+        self.waits.setdefault(key, collections.deque()).appendleft(w)   # the first to be handed one
+        task.add_done_callback(functools.partial(self._dial_ended, w))
+        try:
+            got = await w.fut
+        except BaseException:   # cancelled: the connect is abandoned with it (as at stop)
+            task.cancel()
+            if w.fut.done() and not w.fut.cancelled():
+                got = w.fut.result()
+                if got is task and not task.cancelled() and task.exception() is None:
+                    got = task.result()
+                if isinstance(got, Connection):
+                    self._keep(got)
+            raise
+        if got is task:
+            if task.cancelled():   # the pool was closed
+                raise ExchangeError("closed", "the sender was closed", sent=False)
+            return task.result()   # established, or its ExchangeError
+        assert isinstance(got, Connection)
+        return got   # handed back first: the connect goes on for the pool
 
     async def _dial_counted(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
                             deadline: float, stalled: bool) -> Connection:
@@ -244,11 +235,10 @@ class Dialer:
         finally:
             self._dialed(key)   # the next request waiting its turn opens the next one
 
-    def _dial_ended(self, box: list[_DialWait], task: asyncio.Task[Connection]) -> None:
-        """``task`` (a connect opened by the request waiting as ``box[0]``) ended: the request gets
-        it, or, served meanwhile by another connection (or gone), leaves it to the pool."""
+    def _dial_ended(self, w: _DialWait, task: asyncio.Task[Connection]) -> None:
+        """``task`` (a connect opened by the request waiting as ``w``) ended: the request gets it,
+        or, served meanwhile by another connection (or gone), leaves it to the pool."""
         self._dials.discard(task)
-        w = box[0]
         if not w.fut.done():
             w.fut.set_result(task)
             return
@@ -293,17 +283,12 @@ class Dialer:
         if not q:
             del self.waits[key]
 
-    async def _wait_dial(self, key: DialKey, origin: Origin, pins: frozenset[str] | None, until: float,
-                         front: bool) -> object:
+    async def _wait_dial(self, key: DialKey, origin: Origin, pins: frozenset[str] | None,
+                         until: float) -> object:
         """Wait (until ``until``) for the connect to ``key`` in flight: an idle connection handed
-        over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``. ``front``: it waited before (a connection
-        handed to it was unusable), so it keeps its place."""
+        over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``."""
         w = _DialWait(self.loop.create_future(), origin, pins)
-        q = self.waits.setdefault(key, collections.deque())
-        if front:
-            q.appendleft(w)
-        else:
-            q.append(w)
+        self.waits.setdefault(key, collections.deque()).append(w)
         timer = self._timers.call_at(until, _expire_dial, w.fut)
         try:
             return await w.fut
@@ -320,7 +305,10 @@ class Dialer:
 
     def hand_over(self, conn: Connection) -> bool:
         """Hand ``conn`` (just parked) to the first request waiting to open a connection to its
-        origin that may use it (its address pinned, when pins apply); False when none may."""
+        origin that may use it (its address pinned, when pins apply); False when none may, or when
+        ``conn`` is no longer usable (the idle list deals with it)."""
+        if not conn.usable(self.loop.time()):
+            return False
         for key, q in self.waits.items():
             for w in q:
                 if (not w.fut.done() and w.origin == conn.origin
