@@ -12,12 +12,14 @@ resolved and vetted through the egress guard, established within a connect timeo
   needing it; a stalled connect (a receiver whose accept queue is full drops the SYN) is a
   ``connect`` error, not a wait to the attempt's deadline.
 * New connections to one address set (the vetted addresses of one attempt, in the order happy
-  eyeballs tries them) are opened one at a time: the next starts when the one in flight is
-  established or failed, so a burst never sends a burst of SYNs into a small accept queue (the
-  standard library's server listens with a backlog of 5). A request waiting its turn takes an
-  idle keep-alive connection to its origin as soon as the pool hands one back (at a pinned address,
-  when pins apply); its wait counts against its connect timeout, and a connect timeout that ran out
-  while it waited is the same ``connect`` error.
+  eyeballs tries them) are opened one at a time: the next starts when the TCP of the one in
+  flight is established (its TLS handshake may go on) or it failed, so a burst never sends a
+  burst of SYNs into a small accept queue (the standard library's server listens with a backlog
+  of 5). A request waiting its turn takes an idle keep-alive connection to its origin as soon as
+  the pool hands one back (at a pinned address, when pins apply); its wait counts against its
+  connect timeout, and a connect timeout that ran out while it waited is the same ``connect``
+  error. The request that opened a connect takes a connection handed back first, too: the
+  connect then goes on for the pool (a dropped SYN delays the pool's growth, not a request).
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ _CLOSED = "closed"      # the pool was closed
 
 
 class ConnectStats(NamedTuple):
-    """New connections of a pool now: ``in_flight`` connects (TCP and TLS) not yet established or
-    failed, ``waiting`` requests waiting for the one in flight to their addresses, and
+    """New connections of a pool now: ``in_flight`` connects whose TCP is not yet established (or
+    failed), ``waiting`` requests waiting for the one in flight to their addresses, and
     ``most_in_flight`` — the most connects that were ever in flight to one address set at once
     (decision 0241: 1)."""
 
@@ -230,10 +232,20 @@ class Dialer:
 
     async def _dial_counted(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
                             deadline: float, stalled: bool) -> Connection:
+        """:meth:`_dial`, the turn passed on (once) as soon as TCP is established or the connect
+        failed: the next SYN may go while this connection's TLS handshake and transport are set up."""
+        passed = False
+
+        def pass_turn() -> None:
+            nonlocal passed
+            if not passed:
+                passed = True
+                self._dialed(key)   # the next request waiting its turn opens the next one
+
         try:
-            return await self._dial(target, infos, bound, deadline, stalled)
+            return await self._dial(target, infos, bound, deadline, stalled, pass_turn)
         finally:
-            self._dialed(key)   # the next request waiting its turn opens the next one
+            pass_turn()
 
     def _dial_ended(self, w: _DialWait, task: asyncio.Task[Connection]) -> None:
         """``task`` (a connect opened by the request waiting as ``w``) ended: the request gets it,
@@ -321,7 +333,9 @@ class Dialer:
         return False
 
     async def _dial(self, target: Target, infos: list[tuple[Any, ...]], bound: float, deadline: float,
-                    stalled: bool) -> Connection:
+                    stalled: bool, established: Callable[[], None]) -> Connection:
+        """Open a connection (happy eyeballs over ``infos``, then TLS when the target asks) within
+        ``min(bound, deadline)``; ``established`` is called once TCP is."""
         _scheme, host, port = target.origin
         try:
             async with asyncio.timeout_at(min(bound, deadline)):
@@ -332,6 +346,7 @@ class Dialer:
                 except (OSError, RuntimeError) as exc:   # uvloop may say RuntimeError
                     raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
                                         sent=False) from None
+                established()
                 conn = Connection(self._on_lost, target.origin)
                 ctx: ssl.SSLContext | None = None
                 if target.tls:
