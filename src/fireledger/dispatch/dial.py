@@ -30,7 +30,7 @@ import functools
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import aiohappyeyeballs
 from aiohttp.abc import AbstractResolver
@@ -50,8 +50,8 @@ CONNECT_TIMEOUT_S = 5.0
 #: What new connections are opened to, one at a time: the addresses (sockaddr tuples, in the order
 #: happy eyeballs tries them) of one connection attempt.
 DialKey = tuple[Any, ...]
-#: What a request waiting to open a connection is woken with, besides an idle connection handed over.
-_TURN = "turn"          # its turn to open one (the count of connects in flight was taken for it)
+#: What a request waiting for a connection is woken with, besides a connection handed over or its
+#: own connect's task.
 _EXPIRED = "expired"    # its connect bound (or deadline) passed first
 _CLOSED = "closed"      # the pool was closed
 
@@ -68,20 +68,21 @@ class ConnectStats(NamedTuple):
 
 
 class _DialWait:
-    """A request waiting for a connection: for the connect in flight to its addresses to end
-    (``fut``: a connection handed over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``), or — ``opener`` —
-    for the connect it opened itself (``fut``: its task when it ends, or a connection handed over
-    first). ``origin`` and ``pins`` say which idle connections it may be handed (those of its
-    origin, connected to a pinned address)."""
+    """A request waiting for a connection: ``fut`` gets a connection handed over, the ``task`` of
+    its own connect when that ends, ``_EXPIRED`` or ``_CLOSED``. ``task`` is None while it waits its
+    turn to open one; ``spec`` is what that connect needs (target, addresses, connect bound,
+    deadline, whether the bound ends first). ``origin`` and ``pins`` say which idle connections it
+    may be handed (those of its origin, connected to a pinned address)."""
 
-    __slots__ = ("fut", "opener", "origin", "pins")
+    __slots__ = ("fut", "origin", "pins", "spec", "task")
 
     def __init__(self, fut: asyncio.Future[object], origin: Origin, pins: frozenset[str] | None,
-                 opener: bool = False) -> None:
+                 spec: tuple[Target, list[tuple[Any, ...]], float, float, bool]) -> None:
         self.fut = fut
         self.origin = origin
         self.pins = pins
-        self.opener = opener
+        self.spec = spec
+        self.task: asyncio.Task[Connection] | None = None
 
 
 class Dialer:
@@ -173,62 +174,59 @@ class Dialer:
         """A connection to ``target`` at one of ``infos``: established (TCP and TLS) within
         ``connect_timeout_s`` of the call — waiting for the connect already in flight to the same
         addresses included — or an idle connection to the origin (at an address in ``pins``, when
-        given) handed back while it waited."""
+        given) handed back first. The request's own connect, once its turn came, goes on for the
+        pool if a connection was handed back before it was established."""
         _scheme, host, port = target.origin
+        if self.closed:
+            raise ExchangeError("closed", "the sender was closed", sent=False)
         bound = self.loop.time() + self.connect_timeout_s
         stalled = bound < deadline   # the connect bound ends first: running out of it is the receiver's
         key: DialKey = tuple(i[4] for i in infos)
-        while key in self._dialing:   # one connect in flight per address set: wait for its end
-            got = await self._wait_dial(key, target.origin, pins, min(bound, deadline))
-            if got is _TURN:
-                break   # the count of connects in flight was taken for this request
-            if got is _CLOSED:
-                raise ExchangeError("closed", "the sender was closed", sent=False)
-            if got is _EXPIRED:
-                if stalled:
-                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
-                                        f"{self.connect_timeout_s:g}s (connect timeout): waited behind the "
-                                        f"connection being opened to the same address (one at a time)",
-                                        sent=False)
-                raise ExchangeError("timeout", "timed out connecting", sent=False)
-            assert isinstance(got, Connection)
-            return got   # an idle connection to the origin, handed back meanwhile
+        w = _DialWait(self.loop.create_future(), target.origin, pins, (target, infos, bound, deadline, stalled))
+        if key in self._dialing:   # one connect in flight per address set: its turn comes in _dialed
+            self.waits.setdefault(key, collections.deque()).append(w)
         else:
             self._count_dial(key)
-        if self.closed:
-            self._dialed(key)
-            raise ExchangeError("closed", "the sender was closed", sent=False)
-        self._make_room()
-        return await self._open_own(key, target, infos, bound, deadline, stalled, pins)
-
-    async def _open_own(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
-                        deadline: float, stalled: bool, pins: frozenset[str] | None) -> Connection:
-        """Open a connection to ``key`` (counted in flight already) as a task of its own, and wait for
-        it — or for an idle connection to the origin handed back first: then the connect goes on
-        without this request and its connection joins the pool when established (a SYN the
-        receiver's full queue dropped delays the pool's growth, not this request)."""
-        task = self.loop.create_task(self._dial_counted(key, target, infos, bound, deadline, stalled))
-        self._dials.add(task)
-        w = _DialWait(self.loop.create_future(), target.origin, pins, opener=True)
-        self.waits.setdefault(key, collections.deque()).appendleft(w)   # the first to be handed one
-        task.add_done_callback(functools.partial(self._dial_ended, w))
+            self._start(key, w)
+        timer = self._timers.call_at(min(bound, deadline), _expire_dial, w.fut)
         try:
             got = await w.fut
-        except BaseException:   # cancelled: the connect is abandoned with it (as at stop)
-            task.cancel()
+        except BaseException:   # cancelled: its connect is abandoned with it (as at stop)
+            if w.task is not None:
+                w.task.cancel()
             if w.fut.done() and not w.fut.cancelled():
                 got = w.fut.result()
-                if got is task and not task.cancelled() and task.exception() is None:
-                    got = task.result()
+                if isinstance(got, asyncio.Task) and not got.cancelled() and got.exception() is None:
+                    got = got.result()
                 if isinstance(got, Connection):
                     self._keep(got)
             raise
-        if got is task:
-            if task.cancelled():   # the pool was closed
+        finally:
+            timer.cancel()
+        if isinstance(got, Connection):
+            return got   # handed back first (its own connect, if any, goes on for the pool)
+        if isinstance(got, asyncio.Task):   # its own connect ended
+            if got.cancelled():   # the pool was closed
                 raise ExchangeError("closed", "the sender was closed", sent=False)
-            return task.result()   # established, or its ExchangeError
-        assert isinstance(got, Connection)
-        return got   # handed back first: the connect goes on for the pool
+            return cast(Connection, got.result())   # established, or its ExchangeError
+        if got is _CLOSED:
+            raise ExchangeError("closed", "the sender was closed", sent=False)
+        if not stalled:
+            raise ExchangeError("timeout", "timed out connecting", sent=False)
+        why = "" if w.task is not None else (": waited behind the connection being opened to the same "
+                                             "address (one at a time)")
+        raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
+                            f"{self.connect_timeout_s:g}s (connect timeout){why}", sent=False)
+
+    def _start(self, key: DialKey, w: _DialWait) -> None:
+        """Open ``w``'s connect to ``key`` (counted in flight already) as a task of its own; ``w``
+        stays first in line for a connection handed back meanwhile."""
+        target, infos, bound, deadline, stalled = w.spec
+        self._make_room()
+        task = w.task = self.loop.create_task(self._dial_counted(key, target, infos, bound, deadline, stalled))
+        self._dials.add(task)
+        self.waits.setdefault(key, collections.deque()).appendleft(w)
+        task.add_done_callback(functools.partial(self._dial_ended, w))
 
     async def _dial_counted(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
                             deadline: float, stalled: bool) -> Connection:
@@ -248,7 +246,7 @@ class Dialer:
             pass_turn()
 
     def _dial_ended(self, w: _DialWait, task: asyncio.Task[Connection]) -> None:
-        """``task`` (a connect opened by the request waiting as ``w``) ended: the request gets it,
+        """``task`` (a connect opened for the request waiting as ``w``) ended: the request gets it,
         or, served meanwhile by another connection (or gone), leaves it to the pool."""
         self._dials.discard(task)
         if not w.fut.done():
@@ -267,7 +265,7 @@ class Dialer:
 
     def stats(self) -> ConnectStats:
         """Connects now, and the most ever in flight to one address set at once."""
-        waiting = sum(1 for q in self.waits.values() for w in q if not w.fut.done() and not w.opener)
+        waiting = sum(1 for q in self.waits.values() for w in q if not w.fut.done() and w.task is None)
         return ConnectStats(sum(self._dialing.values()), waiting, self.most_connecting)
 
     def _count_dial(self, key: DialKey) -> None:
@@ -276,8 +274,8 @@ class Dialer:
             self.most_connecting = n
 
     def _dialed(self, key: DialKey) -> None:
-        """A connect to ``key`` ended (established or failed): the next request waiting for it
-        opens its own (it is counted in flight from now)."""
+        """A connect to ``key`` got its TCP established or failed: the first request still waiting
+        its turn opens the next one, at once (no wake-up in between)."""
         left = self._dialing[key] - 1
         if left:
             self._dialing[key] = left
@@ -287,37 +285,16 @@ class Dialer:
         if q is None:
             return
         while q:
-            w = q.popleft()
-            if not w.fut.done() and not w.opener:   # an opener's connect just ended: it gets that
+            w = q.popleft()   # requests gone, and openers (their own connect is the one that ended)
+            if not w.fut.done() and w.task is None and not self.closed:
                 self._count_dial(key)
-                w.fut.set_result(_TURN)
-                break
-        if not q:
-            del self.waits[key]
-
-    async def _wait_dial(self, key: DialKey, origin: Origin, pins: frozenset[str] | None,
-                         until: float) -> object:
-        """Wait (until ``until``) for the connect to ``key`` in flight: an idle connection handed
-        over, ``_TURN``, ``_EXPIRED`` or ``_CLOSED``."""
-        w = _DialWait(self.loop.create_future(), origin, pins)
-        self.waits.setdefault(key, collections.deque()).append(w)
-        timer = self._timers.call_at(until, _expire_dial, w.fut)
-        try:
-            return await w.fut
-        except BaseException:
-            if w.fut.done() and not w.fut.cancelled():   # handed something, then cancelled
-                got = w.fut.result()
-                if got is _TURN:
-                    self._dialed(key)
-                elif isinstance(got, Connection):
-                    self._keep(got)
-            raise
-        finally:
-            timer.cancel()
+                self._start(key, w)
+                return
+        del self.waits[key]
 
     def hand_over(self, conn: Connection) -> bool:
-        """Hand ``conn`` (just parked) to the first request waiting to open a connection to its
-        origin that may use it (its address pinned, when pins apply); False when none may, or when
+        """Hand ``conn`` (just parked) to the first request waiting for a connection to its origin
+        that may use it (its address pinned, when pins apply); False when none may, or when
         ``conn`` is no longer usable (the idle list deals with it)."""
         if not conn.usable(self.loop.time()):
             return False
@@ -374,12 +351,12 @@ class Dialer:
         """Release the requests waiting to connect (``the sender was closed``) and the resolver; a
         connect in flight ends as closed when it ends. Idempotent."""
         self.closed = True
-        for task in list(self._dials):   # their openers end as closed
+        for task in list(self._dials):   # their requests end as closed
             task.cancel()
         waits, self.waits = self.waits, {}
         for q in waits.values():
             for w in q:
-                if not w.fut.done() and not w.opener:
+                if not w.fut.done():
                     w.fut.set_result(_CLOSED)
         await self._resolver.close()
 
