@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import functools
 import socket
 import ssl
@@ -38,7 +39,7 @@ from aiohttp.abc import AbstractResolver
 from fireledger.security.egress import EgressPolicy, GuardedResolver, guarded_socket_factory
 
 from .timers import Timers
-from .wire import AddressNotVerified, Connection, ExchangeError, Origin, Target, _describe, _norm
+from .wire import _TCP_INFO, AddressNotVerified, Connection, ExchangeError, Origin, Target, _describe, _norm
 
 __all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "ConnectStats", "Dialer"]
 
@@ -50,6 +51,7 @@ CONNECT_TIMEOUT_S = 5.0
 #: What new connections are opened to, one at a time: the addresses (sockaddr tuples, in the order
 #: happy eyeballs tries them) of one connection attempt.
 DialKey = tuple[Any, ...]
+_TCP_ESTABLISHED = 1   # tcp_info.tcpi_state (linux/tcp_states.h)
 #: What a request waiting for a connection is woken with, besides a connection handed over or its
 #: own connect's task.
 _EXPIRED = "expired"    # its connect bound (or deadline) passed first
@@ -187,7 +189,8 @@ class Dialer:
             self.waits.setdefault(key, collections.deque()).append(w)
         else:
             self._count_dial(key)
-            self._start(key, w)
+            if self._start(key, w):
+                self._dialed(key)   # established within connect(): the address is free again
         timer = self._timers.call_at(min(bound, deadline), _expire_dial, w.fut)
         try:
             got = await w.fut
@@ -218,21 +221,50 @@ class Dialer:
         raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
                             f"{self.connect_timeout_s:g}s (connect timeout){why}", sent=False)
 
-    def _start(self, key: DialKey, w: _DialWait) -> None:
-        """Open ``w``'s connect to ``key`` (counted in flight already) as a task of its own; ``w``
-        stays first in line for a connection handed back meanwhile."""
+    def _start(self, key: DialKey, w: _DialWait) -> bool:
+        """Open ``w``'s connect to ``key`` (counted in flight already) as a task of its own. To one
+        address the SYN is sent here and now, and True is returned when the kernel completed the
+        handshake within the ``connect()`` call (loopback, a LAN): the caller passes the turn on at
+        once. Otherwise ``w`` stays first in line for a connection handed back meanwhile."""
         target, infos, bound, deadline, stalled = w.spec
         self._make_room()
-        task = w.task = self.loop.create_task(self._dial_counted(key, target, infos, bound, deadline, stalled))
+        sock = self._connect_now(infos[0]) if len(infos) == 1 else None
+        early = sock is not None and _tcp_state(sock) == _TCP_ESTABLISHED
+        task = w.task = self.loop.create_task(
+            self._dial_counted(key, target, infos, bound, deadline, stalled, sock, early))
         self._dials.add(task)
-        self.waits.setdefault(key, collections.deque()).appendleft(w)
+        if not early:
+            self.waits.setdefault(key, collections.deque()).appendleft(w)
         task.add_done_callback(functools.partial(self._dial_ended, w))
+        return early
+
+    def _connect_now(self, info: tuple[Any, ...]) -> socket.socket | None:
+        """A socket to the address ``info`` (vetted by the egress guard) whose non-blocking
+        ``connect()`` was issued; None where there is no ``TCP_INFO`` to read its state from, or
+        when anything went wrong (the task's ordinary path then connects and says what failed)."""
+        if _TCP_INFO is None:
+            return None
+        try:
+            sock = self._socket_factory(info)
+        except (OSError, ValueError):
+            return None
+        try:
+            sock.setblocking(False)
+            try:
+                sock.connect(info[4])
+            except BlockingIOError:
+                pass   # in progress (or done: on loopback the handshake completes within the call)
+        except OSError:
+            sock.close()
+            return None
+        return sock
 
     async def _dial_counted(self, key: DialKey, target: Target, infos: list[tuple[Any, ...]], bound: float,
-                            deadline: float, stalled: bool) -> Connection:
-        """:meth:`_dial`, the turn passed on (once) as soon as TCP is established or the connect
-        failed: the next SYN may go while this connection's TLS handshake and transport are set up."""
-        passed = False
+                            deadline: float, stalled: bool, sock: socket.socket | None,
+                            passed: bool) -> Connection:
+        """:meth:`_dial`, the turn passed on (once; ``passed``: already) as soon as TCP is
+        established or the connect failed: the next SYN may go while this connection's TLS handshake
+        and transport are set up. ``sock``: the connect issued already (:meth:`_connect_now`)."""
 
         def pass_turn() -> None:
             nonlocal passed
@@ -241,7 +273,7 @@ class Dialer:
                 self._dialed(key)   # the next request waiting its turn opens the next one
 
         try:
-            return await self._dial(target, infos, bound, deadline, stalled, pass_turn)
+            return await self._dial(target, infos, bound, deadline, stalled, pass_turn, sock)
         finally:
             pass_turn()
 
@@ -275,12 +307,9 @@ class Dialer:
 
     def _dialed(self, key: DialKey) -> None:
         """A connect to ``key`` got its TCP established or failed: the first request still waiting
-        its turn opens the next one, at once (no wake-up in between)."""
-        left = self._dialing[key] - 1
-        if left:
-            self._dialing[key] = left
-        else:
-            del self._dialing[key]
+        its turn opens the next one, at once (no wake-up in between) — and, while each of those
+        connects is established within its ``connect()`` call, the next, one after the other."""
+        self._uncount(key)
         q = self.waits.get(key)
         if q is None:
             return
@@ -288,9 +317,27 @@ class Dialer:
             w = q.popleft()   # requests gone, and openers (their own connect is the one that ended)
             if not w.fut.done() and w.task is None and not self.closed:
                 self._count_dial(key)
-                self._start(key, w)
-                return
-        del self.waits[key]
+                if not self._start(key, w):
+                    return   # in flight: its end passes the turn on
+                self._uncount(key)
+        if not q:
+            self.waits.pop(key, None)
+
+    def _uncount(self, key: DialKey) -> None:
+        left = self._dialing[key] - 1
+        if left:
+            self._dialing[key] = left
+        else:
+            del self._dialing[key]
+
+    async def _finish_connect(self, sock: socket.socket, address: Any) -> None:
+        """Wait for the connect issued on the non-blocking ``sock`` to end (the loop sees it
+        writable); raises ``OSError`` with its error."""
+        try:
+            await self.loop.sock_connect(sock, address)   # connect() again: EALREADY, then the wait
+        except OSError as exc:
+            if exc.errno != errno.EISCONN:   # established in between: done
+                raise
 
     def hand_over(self, conn: Connection) -> bool:
         """Hand ``conn`` (just parked) to the first request waiting for a connection to its origin
@@ -310,19 +357,29 @@ class Dialer:
         return False
 
     async def _dial(self, target: Target, infos: list[tuple[Any, ...]], bound: float, deadline: float,
-                    stalled: bool, established: Callable[[], None]) -> Connection:
-        """Open a connection (happy eyeballs over ``infos``, then TLS when the target asks) within
-        ``min(bound, deadline)``; ``established`` is called once TCP is."""
+                    stalled: bool, established: Callable[[], None], sock: socket.socket | None) -> Connection:
+        """Open a connection (happy eyeballs over ``infos``, or the connect issued on ``sock``; then
+        TLS when the target asks) within ``min(bound, deadline)``; ``established`` is called once TCP
+        is."""
         _scheme, host, port = target.origin
         try:
             async with asyncio.timeout_at(min(bound, deadline)):
                 try:
-                    sock = await aiohappyeyeballs.start_connection(
-                        infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
-                        socket_factory=self._socket_factory)
+                    if sock is None:
+                        sock = await aiohappyeyeballs.start_connection(
+                            infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
+                            socket_factory=self._socket_factory)
+                    elif _tcp_state(sock) != _TCP_ESTABLISHED:
+                        await self._finish_connect(sock, infos[0][4])
                 except (OSError, RuntimeError) as exc:   # uvloop may say RuntimeError
+                    if sock is not None:
+                        sock.close()
                     raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
                                         sent=False) from None
+                except BaseException:
+                    if sock is not None:
+                        sock.close()
+                    raise
                 established()
                 conn = Connection(self._on_lost, target.origin)
                 ctx: ssl.SSLContext | None = None
@@ -364,3 +421,11 @@ class Dialer:
 def _expire_dial(fut: asyncio.Future[object]) -> None:
     if not fut.done():
         fut.set_result(_EXPIRED)
+
+
+def _tcp_state(sock: socket.socket) -> int:
+    """The kernel's TCP state of ``sock`` (Linux ``TCP_INFO``; -1 when it cannot be read)."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] if _TCP_INFO is not None else -1
+    except OSError:
+        return -1
