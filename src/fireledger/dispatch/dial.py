@@ -15,11 +15,14 @@ resolved and vetted through the egress guard, established within a connect timeo
   eyeballs tries them) are opened one at a time: the next starts when the TCP of the one in
   flight is established (its TLS handshake may go on) or it failed, so a burst never sends a
   burst of SYNs into a small accept queue (the standard library's server listens with a backlog
-  of 5). A request waiting its turn takes an idle keep-alive connection to its origin as soon as
-  the pool hands one back (at a pinned address, when pins apply); its wait counts against its
-  connect timeout, and a connect timeout that ran out while it waited is the same ``connect``
-  error. The request that opened a connect takes a connection handed back first, too: the
-  connect then goes on for the pool (a dropped SYN delays the pool's growth, not a request).
+  of 5). To a single address the SYN is sent at once and, when the kernel completed the handshake
+  within the non-blocking ``connect()`` (loopback, a LAN), the turn passes on in the same call:
+  the ramp waits for no event-loop iteration. A request waiting its turn takes an idle
+  keep-alive connection to its origin as soon as the pool hands one back (at a pinned address,
+  when pins apply); its wait counts against its connect timeout, and a connect timeout that ran
+  out while it waited is the same ``connect`` error. The request that opened a connect takes a
+  connection handed back first, too: the connect then goes on for the pool (a dropped SYN delays
+  the pool's growth, not a request).
 """
 
 from __future__ import annotations
