@@ -2,7 +2,9 @@
 default accept backlog (``request_queue_size`` = 5), an HTTP/1.1 handler that answers 200 (at once, or
 after ``delay_s``: a slow application), and target ownership challenges. It counts what it saw: the
 requests, the connections open at once (most of them at any time), and each delivery's fire key,
-trigger and scheduled instant (never the payload)."""
+trigger and scheduled instant (never the payload). ``backlog`` replaces the accept backlog and
+``accept_pause_s`` makes the server pause before each ``accept()`` (an application slow to accept:
+its accept queue stays full longer)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ CHALLENGE_PREFIX = "/.well-known/fireledger-verification/"
 
 
 class SmallReceiver:
-    def __init__(self, *, delay_s: float = 0.0) -> None:
+    def __init__(self, *, delay_s: float = 0.0, backlog: int = 5, accept_pause_s: float = 0.0) -> None:
         self.delay_s = delay_s
         self.lock = threading.Lock()
         self.open_now = 0
@@ -70,7 +72,15 @@ class SmallReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)   # request_queue_size: 5, the default
+        class Server(ThreadingHTTPServer):
+            request_queue_size = backlog   # 5 by default: the standard library's
+
+            def get_request(self) -> Any:
+                if accept_pause_s:
+                    time.sleep(accept_pause_s)   # the receiver under test accepts slowly
+                return super().get_request()
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                        daemon=True)

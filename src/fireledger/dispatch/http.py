@@ -66,7 +66,7 @@ import yarl
 from aiohttp.abc import AbstractResolver
 
 from fireledger.dispatch import signing
-from fireledger.dispatch.pool import CONNECT_TIMEOUT_S, Flow, Pool
+from fireledger.dispatch.pool import CONNECT_TIMEOUT_S, ConnectStats, Flow, Pool
 from fireledger.dispatch.retry import RETRY_AFTER_MAX_S
 from fireledger.dispatch.wire import ExchangeError, Target, parse_target, request_bytes
 from fireledger.security.egress import EgressPolicy
@@ -280,8 +280,12 @@ class HttpSender:
     wait for a free connection in arrival order (per flow), and that wait counts against their
     timeout: one that waited until it ran out is ``retry``, not sent, its error naming the limit.
     ``connect_timeout_s`` bounds establishing a connection and the receiver's TCP acknowledging a
-    request, within the request's timeout. Idle keep-alive connections count against ``limit`` too
-    (the oldest is closed to make room) and are closed after 15 s idle (``wire.KEEPALIVE_S``).
+    request, within the request's timeout. New connections to one address are opened one at a time
+    (the next when the one before is established or failed; a request waiting its turn takes an idle
+    connection handed back meanwhile, and its wait counts against its connect timeout), so a burst
+    never sends a burst of SYNs into a small accept queue (decision 0241). Idle keep-alive
+    connections count against ``limit`` too (the oldest is closed to make room) and are closed
+    after 15 s idle (``wire.KEEPALIVE_S``).
     Every connection obeys the egress policy ``egress`` (the process passes the one its settings
     describe; None: read from the environment when the pool is created, :meth:`EgressPolicy.from_env`).
     ``ssl_context`` replaces the default ``ssl.create_default_context()`` (certificate and host name
@@ -388,6 +392,14 @@ class HttpSender:
         why = pool._no_slot(flow, False)
         error = _clip(f"timed out before the request was sent ({timeout_s:g}s): {why}")
         return HttpResult("retry", None, error, pool.loop.time() - since)
+
+    def connect_stats(self) -> ConnectStats:
+        """New connections now: connects in flight, requests waiting for the connect in flight to
+        their address (one at a time, decision 0241), and the most ever in flight to one address at
+        once (all 0 before the first send)."""
+        if self._pool is None:
+            return ConnectStats(0, 0, 0)
+        return self._pool.connect_stats()
 
     async def close(self) -> None:
         """Close the pooled connections. Idempotent."""

@@ -1,22 +1,23 @@
 """The dispatch plane's connection pool: keep-alive HTTP/1.1 connections per origin, opened through
 the egress guard, with an adaptive limit per flow (docs/decisions/0075-lean-http-sender.md,
 0115-unacknowledged-request-is-not-sent.md, 0116-adaptive-origin-limits.md,
-0133-connection-limits-per-flow.md).
+0133-connection-limits-per-flow.md, 0241-one-connect-in-flight-per-address.md).
 
 * :class:`Pool` keeps idle keep-alive connections per origin (scheme, host, port), caps the
   connections in use (``limit`` in all; per flow — one tenant's requests to one endpoint: tenant,
   origin, path — an :class:`~fireledger.dispatch.limiter.AdaptiveLimit` that starts small, grows
   while the receiver keeps up and halves when it cannot take more, never above
-  ``limit_per_host``) with a FIFO of waiters per flow, and opens new connections
-  through the egress guard (invariant 12): a host name is resolved by
-  :class:`~fireledger.security.egress.GuardedResolver` (refused as a whole when any address is),
-  an IP literal is checked by the policy, and each socket is opened by
-  :func:`~fireledger.security.egress.guarded_socket_factory` to a vetted address only (happy
-  eyeballs over those addresses, as aiohttp does); TLS keeps SNI and certificate verification.
+  ``limit_per_host``) with a FIFO of waiters per flow, and opens new connections with a
+  :class:`~fireledger.dispatch.dial.Dialer`: through the egress guard (invariant 12), happy
+  eyeballs over the vetted addresses, TLS with SNI and certificate verification.
 * A connection must be established within ``connect_timeout_s``, and a request written on it
   must be acknowledged by the receiver's TCP within the same bound (Linux ``TCP_INFO``): a
   receiver whose accept queue is full completes the handshake on the client's side only and drops
   what follows, so such a request never reached it and is abandoned early as not sent.
+* New connections to one address set are opened **one at a time** (the next when the one before
+  it is established or failed), so a burst never sends a burst of SYNs into a small accept queue;
+  a request waiting its turn takes an idle keep-alive connection to its origin as soon as one is
+  handed back (:meth:`Pool._put_idle`), and its wait counts against its connect timeout.
 
 :meth:`Pool.post` raises :class:`~fireledger.dispatch.wire.ExchangeError` (with ``sent`` and a
 ``kind``) for everything the network or the peer does, ``EgressRefused``/``ValueError`` for what
@@ -27,37 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import socket
 import ssl
-from collections.abc import Callable
-from typing import Any
 
-import aiohappyeyeballs
 from aiohttp.abc import AbstractResolver
 
-from fireledger.security.egress import EgressPolicy, GuardedResolver, guarded_socket_factory
+from fireledger.security.egress import EgressPolicy
 
+from .dial import CONNECT_TIMEOUT_S, DNS_TTL_S, ConnectStats, Dialer
 from .limiter import AdaptiveLimit
 from .timers import Timers
-from .wire import (
-    KEEPALIVE_S,
-    AddressNotVerified,
-    Connection,
-    ExchangeError,
-    Origin,
-    Reply,
-    Target,
-    _describe,
-    _norm,
-)
+from .wire import KEEPALIVE_S, Connection, ExchangeError, Origin, Reply, Target
 
-__all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "INITIAL_ORIGIN_LIMIT", "Flow", "Pool"]
+__all__ = ["CONNECT_TIMEOUT_S", "DNS_TTL_S", "INITIAL_ORIGIN_LIMIT", "ConnectStats", "Flow", "Pool"]
 
-#: A host name's vetted addresses are reused for new connections this long (aiohttp's default too).
-DNS_TTL_S = 10.0
-HAPPY_EYEBALLS_DELAY_S = 0.25
-#: Default bound on establishing a connection and on the receiver's TCP acknowledging a request.
-CONNECT_TIMEOUT_S = 5.0
 #: Connections a flow's adaptive limit starts at (never above ``limit_per_host``).
 INITIAL_ORIGIN_LIMIT = 4
 _LIMITS_MAX = 1024
@@ -66,6 +49,7 @@ _LIMITS_MAX = 1024
 Flow = tuple[str, Origin, str]
 #: Exchange errors that say the receiver could not take the request: the flow's limit is halved.
 _DROPS = frozenset({"connect", "unacked", "timeout"})
+
 
 class Pool:
     """Keep-alive connections per origin, ``limit`` in use at once; per flow (tenant, origin, path)
@@ -77,7 +61,9 @@ class Pool:
     ``limit`` are open closes the oldest idle one. Requests beyond the limits wait, first come
     first served per flow; a request that waited until its deadline is not sent.
     ``connect_timeout_s`` bounds establishing a connection and the receiver's TCP acknowledging a
-    request (never beyond the request's own deadline). Bound to ``loop``."""
+    request (never beyond the request's own deadline). At most one connection is being opened to
+    an address set at a time: the others wait their turn (within their connect timeout) or take an
+    idle connection to their origin handed back meanwhile (:meth:`connect_stats`). Bound to ``loop``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, limit: int, limit_per_host: int,
                  policy: EgressPolicy, ssl_context: ssl.SSLContext | None,
@@ -88,10 +74,6 @@ class Pool:
         self._per_host = limit_per_host
         self.connect_timeout_s = connect_timeout_s
         self._initial = initial_origin_limit
-        self._policy = policy
-        self._resolver = GuardedResolver(policy, resolver)
-        self._socket_factory: Callable[[tuple[Any, ...]], socket.socket] = guarded_socket_factory(policy)
-        self._ssl_context = ssl_context
         self._in_use = 0
         self._flow_use: dict[Flow, int] = {}
         self._limits: dict[Flow, AdaptiveLimit] = {}
@@ -99,10 +81,12 @@ class Pool:
         self._idle_count = 0
         self._all: set[Connection] = set()
         self._waiters: dict[Flow, collections.deque[asyncio.Future[bool]]] = {}
-        self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         #: The deadlines of waits and exchanges: heap entries behind one loop timer (decision 0235).
         self.timers = Timers(loop)
+        self._dialer = Dialer(loop, policy=policy, ssl_context=ssl_context, resolver=resolver,
+                              connect_timeout_s=connect_timeout_s, timers=self.timers, on_lost=self._forget,
+                              make_room=self._make_room, adopt=self._adopt)
         self._closed = False
 
     # --- slots ----------------------------------------------------------------------------------
@@ -222,10 +206,17 @@ class Pool:
 
     def _put_idle(self, conn: Connection) -> None:
         conn.park(self.loop.time())
+        if self._dialer.waits and self._dialer.hand_over(conn):
+            return
         self._idle.setdefault(conn.origin, []).append(conn)
         self._idle_count += 1
         if self._sweep is None:
             self._sweep = self.loop.call_later(KEEPALIVE_S, self._sweep_idle)
+
+    def _adopt(self, conn: Connection) -> None:
+        """A connection no request waits for joins the pool (handed to an idle waiter, or parked)."""
+        self._all.add(conn)
+        self._put_idle(conn)
 
     def _sweep_idle(self) -> None:
         self._sweep = None
@@ -269,97 +260,6 @@ class Pool:
                 if not stack:
                     del self._idle[conn.origin]
 
-    # --- connecting -----------------------------------------------------------------------------
-
-    async def _addr_infos(self, target: Target, pins: frozenset[str] | None = None) -> list[tuple[Any, ...]]:
-        infos = await self._resolved(target)
-        if pins is None or target.ip is not None:
-            return infos
-        kept = [i for i in infos if _norm(str(i[4][0])) in pins]
-        if not kept:
-            _scheme, host, _port = target.origin
-            now_at = ", ".join(sorted({str(i[4][0]) for i in infos}))
-            raise AddressNotVerified(
-                f"egress refused: {host} now resolves to {now_at}, none of the addresses its ownership was "
-                f"verified at ({', '.join(sorted(pins))}); verify the target again")
-        return kept
-
-    async def _resolved(self, target: Target) -> list[tuple[Any, ...]]:
-        _scheme, host, port = target.origin
-        if target.ip is not None:
-            self._policy.check(host, target.ip)   # an IP literal is not resolved: vet it here
-            family = socket.AF_INET6 if ":" in target.ip else socket.AF_INET
-            addr = (target.ip, port, 0, 0) if family == socket.AF_INET6 else (target.ip, port)
-            return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr)]
-        key = (host, port)
-        now = self.loop.time()
-        hit = self._dns.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        try:
-            hosts = await self._resolver.resolve(host, port, family=socket.AF_UNSPEC)
-        except OSError as exc:
-            raise ExchangeError("dns", f"cannot resolve {host}: {_describe(exc)}", sent=False) from None
-        infos = []
-        for h in hosts:
-            fam = h["family"]
-            addr = (h["host"], h["port"], 0, 0) if fam == socket.AF_INET6 else (h["host"], h["port"])
-            infos.append((fam, socket.SOCK_STREAM, h["proto"] or socket.IPPROTO_TCP, "", addr))
-        if len(self._dns) > 1024:
-            self._dns.clear()
-        self._dns[key] = (now + DNS_TTL_S, infos)
-        return infos
-
-    async def _connect(self, target: Target, deadline: float, pins: frozenset[str] | None = None) -> Connection:
-        """A new connection to ``target``: resolved and vetted by the end of ``deadline``, then
-        established (TCP and TLS) within ``connect_timeout_s`` — a stalled connect (a receiver whose
-        accept queue is full drops the SYN) is a ``connect`` error, not a wait to the deadline."""
-        scheme, host, port = target.origin
-        try:
-            async with asyncio.timeout_at(deadline):
-                infos = await self._addr_infos(target, pins)
-                self._policy.check_scheme(host, scheme)   # after the address: its reason is the graver
-            return await self._open(target, infos, deadline)
-        except TimeoutError:
-            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
-
-    async def _open(self, target: Target, infos: list[tuple[Any, ...]], deadline: float) -> Connection:
-        _scheme, host, port = target.origin
-        bound = self.loop.time() + self.connect_timeout_s
-        stalled = bound < deadline   # the connect bound ends first: running out of it is the receiver's
-        try:
-            async with asyncio.timeout_at(min(bound, deadline)):
-                try:
-                    sock = await aiohappyeyeballs.start_connection(
-                        infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, loop=self.loop,
-                        socket_factory=self._socket_factory)
-                except (OSError, RuntimeError) as exc:   # uvloop may say RuntimeError
-                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
-                                        sent=False) from None
-                conn = Connection(self._forget, target.origin)
-                ctx: ssl.SSLContext | None = None
-                if target.tls:
-                    if self._ssl_context is None:
-                        self._ssl_context = ssl.create_default_context()
-                    ctx = self._ssl_context
-                try:
-                    await self.loop.create_connection(
-                        lambda: conn, sock=sock, ssl=ctx,
-                        server_hostname=target.server_hostname if ctx is not None else None)
-                except (OSError, RuntimeError) as exc:   # ssl.SSLError is an OSError
-                    raise ExchangeError("connect", f"cannot connect to {host}:{port}: {_describe(exc)}",
-                                        sent=False) from None
-        except TimeoutError:
-            if stalled:
-                raise ExchangeError("connect", f"cannot connect to {host}:{port}: not accepted within "
-                                    f"{self.connect_timeout_s:g}s (connect timeout)", sent=False) from None
-            raise ExchangeError("timeout", "timed out connecting", sent=False) from None
-        self._all.add(conn)
-        if self._closed:
-            conn.abort()
-            raise ExchangeError("closed", "the sender was closed", sent=False)
-        return conn
-
     # --- the exchange ---------------------------------------------------------------------------
 
     async def post(self, target: Target, data: bytes, deadline: float, body_cap: int,
@@ -391,8 +291,8 @@ class Pool:
         try:
             conn = self._pop_idle(origin, pins if target.ip is None else None)
             if conn is None:
-                self._make_room()
-                conn = await self._connect(target, deadline, pins)
+                conn = await self._dialer.connect(target, deadline, pins)
+                self._all.add(conn)
             reply = await conn.exchange(self.loop, data, deadline, body_cap, self.connect_timeout_s, self.timers)
         except BaseException as exc:
             if conn is not None:
@@ -420,6 +320,10 @@ class Pool:
         self._give_back(flow)
         return reply
 
+    def connect_stats(self) -> ConnectStats:
+        """The pool's connects now, and the most ever in flight to one address set at once."""
+        return self._dialer.stats()
+
     async def close(self) -> None:
         """Close every connection (idle and in use) and release the waiters. Idempotent."""
         self._closed = True
@@ -438,7 +342,7 @@ class Pool:
                 if not fut.done():
                     fut.set_result(True)   # woken to find the pool closed (see _wait_slot)
                     self._take(flow)
-        await self._resolver.close()
+        await self._dialer.close()   # the requests waiting to connect end as closed
         await asyncio.sleep(0)   # let the transports run connection_lost
 
 
