@@ -13,7 +13,9 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -73,7 +75,8 @@ def open_keyring(store: Store | None = None, settings: Settings | None = None) -
 
 
 def dispatch_processes(env: dict[str, str] | None = None) -> int:
-    """``FIRELEDGER_DISPATCH_PROCESSES`` (default 1): how many processes ``serve`` dispatches from.
+    """``FIRELEDGER_DISPATCH_PROCESSES`` (default ``min(usable cores, 2)``, decision 0239): how many
+    processes ``serve`` dispatches from.
 
     An attempt runner is bound by one core (Python's interpreter lock); ``serve`` with N > 1 starts
     N − 1 extra ``fireledger dispatch`` processes on the same store, which share the lanes the way
@@ -82,13 +85,56 @@ def dispatch_processes(env: dict[str, str] | None = None) -> int:
     return parse_dispatch_processes(process_env() if env is None else env)
 
 
+def dispatch_child_command(db: str) -> list[str]:
+    """The command line of one of ``serve``'s extra dispatch processes: ``fireledger dispatch --db db``
+    through :func:`fireledger.cli.run.dispatch_child`, which ends it with this process (decision 0240)."""
+    import sys
+
+    return [sys.executable, "-c", "from fireledger.cli.run import dispatch_child; dispatch_child()",
+            str(os.getpid()), db]
+
+
+#: ``prctl(2)`` option: the signal the calling process gets when its parent ends (Linux).
+_PR_SET_PDEATHSIG = 1
+
+
+def end_with_parent(parent_pid: int, poll_s: float = 1.0, *, prctl: bool = True) -> None:
+    """Make this process get SIGTERM (its bounded stop, invariant 17) when ``parent_pid``, its parent,
+    ends — ``kill -9`` included — so that an extra dispatch process of ``serve`` never outlives it and
+    goes on delivering (decision 0240). On Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere a daemon thread
+    that checks ``os.getppid()`` every ``poll_s``. A parent already gone ends this process at once
+    (``SystemExit(0)``). ``prctl=False``: the thread wherever (tests of the fallback)."""
+    import ctypes
+    import signal
+
+    armed = False
+    if prctl and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:   # ended before the signal was armed: re-parented already
+        log.warning("parent process %d has ended; this dispatch process stops", parent_pid)
+        raise SystemExit(0)
+    if armed:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: float = 10.0) -> None:
     """Keep ``n`` child ``fireledger dispatch`` processes running until ``stop``; a child that exits
     is started again after a second (logged). On stop each child gets SIGTERM (its attempts in
-    flight settle or their leases lapse to another runner) and is waited for."""
-    import sys
-
-    cmd = [sys.executable, "-c", "from fireledger.cli import main; main()", "dispatch", "--db", db]
+    flight settle or their leases lapse to another runner) and is waited for. A child is not waited
+    for at start (``/healthz`` answers without it) and ends by itself when this process dies, ``kill -9``
+    included (:func:`end_with_parent`, decision 0240)."""
+    cmd = dispatch_child_command(db)
     children: list[subprocess.Popen[bytes]] = []
 
     async def keep(slot: int) -> None:
@@ -370,10 +416,12 @@ async def _stop_planes(planes: _Planes, stop_s: float) -> None:
                                    timeout=max(0.5, stop_s * 0.1))
 
 
-def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Settings | None = None) -> None:
+def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Settings | None = None, *,
+        supervised: bool = False) -> None:
     """Open the store (SQLite migrates; PostgreSQL must be upgraded) and run ``roles`` with
     ``settings`` (read from the environment here when None: every setting is checked before
-    anything starts, ``ValueError`` naming the variable)."""
+    anything starts, ``ValueError`` naming the variable). ``supervised``: an extra dispatch process
+    of ``serve`` — ``serve`` (or its Litestream) checkpoints the SQLite WAL and replicates, not it."""
     import uvloop
 
     from fireledger.observe.logs import setup
@@ -386,11 +434,12 @@ def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Sett
     problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
     if problem is not None:
         raise ValueError(problem)
-    replica = _replica_plan(db, roles, settings)   # before the store is opened: a refusal changes nothing
+    # before the store is opened: a refusal changes nothing; serve's child: serve replicates
+    replica = None if supervised else _replica_plan(db, roles, settings)
     store = Store.open(db, settings=settings)
     try:
         if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
-            if replica is not None:
+            if replica is not None or supervised:   # serve's child: serve's checkpointer or Litestream does it
                 store.engine.leave_checkpoints_to_replicator()   # Litestream owns them (decision 0126)
             else:
                 store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
