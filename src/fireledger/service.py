@@ -12,7 +12,6 @@ import logging
 import os
 import secrets
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fireledger.children import end_with_parent, supervise_dispatchers
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
@@ -30,7 +30,7 @@ from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
 from fireledger.settings import Settings, parse_dispatch_processes, parse_trusted_proxies, process_env
 from fireledger.stopping import StopGuard
-from fireledger.store import Store
+from fireledger.store import Store, StoreError
 from fireledger.store.engine import SqliteEngine
 
 if TYPE_CHECKING:   # imported where they run (startup time); named here for the annotations
@@ -74,6 +74,24 @@ def open_keyring(store: Store | None = None, settings: Settings | None = None) -
     return KeyRingFile(path)
 
 
+def dispatch_child() -> None:
+    """Entry of ``serve``'s extra dispatch processes (:func:`fireledger.children.dispatch_child_command`:
+    ``python -c ... PARENT_PID DB``, without the command line's imports): ``fireledger dispatch --db DB``
+    that ends with ``serve`` (SIGTERM when it dies, ``kill -9`` included; decision 0240) and leaves the WAL
+    checkpoints to it. A bad setting prints one line and exits 2, as the command does."""
+    from fireledger.dispatch.internal import load_modules
+
+    parent, db = int(sys.argv[1]), sys.argv[2]
+    end_with_parent(parent)
+    try:
+        settings = Settings.from_env()
+        load_modules(settings.internal_modules)
+        run(db, ("dispatch",), None, settings, supervised=True)
+    except (StoreError, ValueError) as exc:
+        print(f"fireledger: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def dispatch_processes(env: dict[str, str] | None = None) -> int:
     """``FIRELEDGER_DISPATCH_PROCESSES`` (default ``min(usable cores, 2)``, decision 0239): how many
     processes ``serve`` dispatches from.
@@ -84,92 +102,6 @@ def dispatch_processes(env: dict[str, str] | None = None) -> int:
     leased twice). Raises ``ValueError`` naming the variable."""
     return parse_dispatch_processes(process_env() if env is None else env)
 
-
-def dispatch_child_command(db: str) -> list[str]:
-    """The command line of one of ``serve``'s extra dispatch processes: ``fireledger dispatch --db db``
-    through :func:`fireledger.cli.run.dispatch_child`, which ends it with this process (decision 0240)."""
-    import sys
-
-    return [sys.executable, "-c", "from fireledger.cli.run import dispatch_child; dispatch_child()",
-            str(os.getpid()), db]
-
-
-#: ``prctl(2)`` option: the signal the calling process gets when its parent ends (Linux).
-_PR_SET_PDEATHSIG = 1
-
-
-def end_with_parent(parent_pid: int, poll_s: float = 1.0, *, prctl: bool = True) -> None:
-    """Make this process get SIGTERM (its bounded stop, invariant 17) when ``parent_pid``, its parent,
-    ends — ``kill -9`` included — so that an extra dispatch process of ``serve`` never outlives it and
-    goes on delivering (decision 0240). On Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere a daemon thread
-    that checks ``os.getppid()`` every ``poll_s``. A parent already gone ends this process at once
-    (``SystemExit(0)``). ``prctl=False``: the thread wherever (tests of the fallback)."""
-    import ctypes
-    import signal
-
-    armed = False
-    if prctl and sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
-    if os.getppid() != parent_pid:   # ended before the signal was armed: re-parented already
-        log.warning("parent process %d has ended; this dispatch process stops", parent_pid)
-        raise SystemExit(0)
-    if armed:
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_s)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: float = 10.0) -> None:
-    """Keep ``n`` child ``fireledger dispatch`` processes running until ``stop``; a child that exits
-    is started again after a second (logged). On stop each child gets SIGTERM (its attempts in
-    flight settle or their leases lapse to another runner) and is waited for. A child is not waited
-    for at start (``/healthz`` answers without it) and ends by itself when this process dies, ``kill -9``
-    included (:func:`end_with_parent`, decision 0240)."""
-    cmd = dispatch_child_command(db)
-    children: list[subprocess.Popen[bytes]] = []
-
-    async def keep(slot: int) -> None:
-        while not stop.is_set():
-            # subprocess.Popen (vfork + exec, nothing but async-signal-safe calls in the child), not the
-            # event loop's spawn: uvloop's forked child can block before exec on a lock another thread
-            # of this busy process held at the fork, and its parent then waits in spawn with the event
-            # loop stopped — no /healthz, no SIGTERM handled (seen: child on a futex, serve hung).
-            proc = subprocess.Popen(cmd, close_fds=True)
-            children.append(proc)
-            log.info("extra dispatch process %d started (pid %d)", slot, proc.pid)
-            while proc.poll() is None and not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.5)
-            if stop.is_set():
-                while proc.poll() is None:   # the supervisor has sent SIGTERM (and SIGKILL after grace_s)
-                    await asyncio.sleep(0.05)
-                children.remove(proc)
-                return
-            children.remove(proc)
-            log.error("extra dispatch process %d exited with %s; starting it again in 1 s", slot, proc.returncode)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-
-    keepers = [asyncio.create_task(keep(i + 1)) for i in range(n)]
-    await stop.wait()
-    for proc in list(children):
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-    _, late = await asyncio.wait(keepers, timeout=grace_s)
-    if late:   # a child that outlives its own bounded stop is killed (invariant 17)
-        for proc in list(children):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        await asyncio.wait(late, timeout=1.0)
 
 def node_id(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -358,7 +290,7 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     waiter = asyncio.create_task(stop.wait())
     extra = settings.dispatch_processes - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
-    supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
+    supervisor = (asyncio.create_task(supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
                   if extra and db else None)
     replica_stop = asyncio.Event()
     replicator = None
@@ -483,9 +415,6 @@ def _replica_plan(db: str, roles: Sequence[str], settings: Settings) -> Litestre
 
 def _threads_still_running(wait_s: float) -> list[str]:
     """Names of the worker threads (not daemons) still running after up to ``wait_s`` seconds."""
-    import threading
-    import time
-
     deadline = time.monotonic() + wait_s
     busy = []
     for t in threading.enumerate():

@@ -162,12 +162,12 @@ def test_a_kill_9_of_serve_ends_its_extra_dispatch_process(tmp_path):
 
 @pytest.mark.parametrize("prctl", [True, False], ids=["pdeathsig", "polling"])
 def test_end_with_parent_ends_a_process_whose_parent_is_killed(tmp_path, prctl):
-    """Both mechanisms of :func:`fireledger.service.end_with_parent` with a real ``kill -9`` of the parent:
+    """Both mechanisms of :func:`fireledger.children.end_with_parent` with a real ``kill -9`` of the parent:
     the kernel's parent-death signal (Linux) and the fallback that polls ``getppid()``."""
     pidfile = tmp_path / "grandchild.pid"
     grandchild = textwrap.dedent(f"""
         import os, signal, sys, time
-        from fireledger.service import end_with_parent
+        from fireledger.children import end_with_parent
         end_with_parent(int(sys.argv[1]), 0.05, prctl={prctl})
         open({str(pidfile)!r}, "w").write(str(os.getpid()))
         while True:
@@ -193,6 +193,6 @@ def test_end_with_parent_ends_a_process_whose_parent_is_killed(tmp_path, prctl):
 
 
 def test_a_child_whose_parent_is_already_gone_stops_at_once():
-    r = subprocess.run([sys.executable, "-c", "from fireledger.service import end_with_parent; end_with_parent(1)"],
+    r = subprocess.run([sys.executable, "-c", "from fireledger.children import end_with_parent; end_with_parent(1)"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "parent process 1 has ended" in r.stderr

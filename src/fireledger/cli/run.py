@@ -18,7 +18,7 @@ __all__ = ["COMMANDS"]
 Listen = Annotated[str, typer.Option("--listen", help="HOST:PORT for the HTTP API.")]
 
 
-def _roles_command(roles: tuple[str, ...], db: str, listen: str | None, *, supervised: bool = False) -> None:
+def _roles_command(roles: tuple[str, ...], db: str, listen: str | None) -> None:
     from fireledger import service
     from fireledger.settings import Settings
     from fireledger.store import StoreError
@@ -40,7 +40,7 @@ def _roles_command(roles: tuple[str, ...], db: str, listen: str | None, *, super
         except ValueError as exc:
             fail(str(exc))
     try:
-        service.run(db, roles, listen, settings, supervised=supervised)
+        service.run(db, roles, listen, settings)
     except (StoreError, ValueError) as exc:  # ValueError: a bad FIRELEDGER_* setting, named
         fail(str(exc))
 
@@ -63,26 +63,6 @@ def dispatch_cmd(db: Db = DEFAULT_DB) -> None:
 def control_cmd(db: Db = DEFAULT_DB, listen: Listen = "127.0.0.1:8080") -> None:
     """Run the control plane (HTTP API) alone."""
     _roles_command(("control",), db, listen)
-
-
-def dispatch_child() -> None:
-    """Entry of ``serve``'s extra dispatch processes (``FIRELEDGER_DISPATCH_PROCESSES``, started by
-    :func:`fireledger.service.dispatch_child_command` as ``python -c ... PARENT_PID DB``): the dispatch
-    plane alone, as ``fireledger dispatch --db DB``, that ends with ``serve`` — SIGTERM when the parent
-    dies, ``kill -9`` included (decision 0240) — and leaves WAL checkpoints to it."""
-    import sys
-
-    from click import ClickException
-
-    from fireledger import service
-
-    parent, db = int(sys.argv[1]), sys.argv[2]
-    service.end_with_parent(parent)
-    try:
-        _roles_command(("dispatch",), db, None, supervised=True)
-    except ClickException as exc:   # one line, as `fireledger dispatch` prints it
-        print(f"fireledger: {exc.format_message()}", file=sys.stderr)
-        sys.exit(exc.exit_code)
 
 
 COMMANDS = (
