@@ -1,10 +1,10 @@
 """One fireledger ``serve`` run on SQLite, one summary line: the suite's burst or steady scenario
 (``bench/fl.py``) alone, for A/B runs of one source tree against another (``PYTHONPATH``) or of
-``FIRELEDGER_DISPATCH_PROCESSES`` 1 against 2. The CPU per fire counts ``serve``'s dispatch child
-processes too.
+``FIRELEDGER_DISPATCH_PROCESSES`` 1 against the default (``min(usable cores, 2)``, decision 0239; the
+bench never sets it). The CPU per fire counts ``serve``'s dispatch child processes too.
 
     PYTHONPATH=src python bench/fl_once.py burst 10000
-    FIRELEDGER_DISPATCH_PROCESSES=2 PYTHONPATH=src python bench/fl_once.py steady 2000 10
+    FIRELEDGER_DISPATCH_PROCESSES=1 PYTHONPATH=src python bench/fl_once.py steady 2000 10
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-KEYS = ("system", "scenario", "n", "delivered", "missed", "early", "duplicate_records", "fires_per_s",
-        "lateness_p50_s", "lateness_p99_s", "serve_cpu_us_per_fire", "committed_all_s")
+KEYS = ("system", "dispatch_processes", "scenario", "n", "delivered", "missed", "early", "duplicate_records",
+        "fires_per_s", "lateness_p50_s", "lateness_p99_s", "serve_cpu_us_per_fire", "committed_all_s")
 
 
 def main() -> int:

@@ -321,7 +321,8 @@ def _parser() -> argparse.ArgumentParser:
                     "postgres-split (default: all)")
     ap.add_argument("--cost-rate", type=int, default=None, help="cost: fires/s (default 1000)")
     ap.add_argument("--dispatch-processes", type=int, default=None,
-                    help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; default 1)")
+                    help="fireledger serve dispatches from N processes (FIRELEDGER_DISPATCH_PROCESSES; "
+                         "default: the service's, min(usable cores, 2))")
     return ap
 
 

@@ -12,12 +12,14 @@ import logging
 import os
 import secrets
 import socket
-import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fireledger.children import end_with_parent, supervise_dispatchers
 from fireledger.clock import Clock, CrossCheckedClock, SystemClock
 from fireledger.dispatch.credentials import KeyRingFile
 from fireledger.domain.model import NewFire
@@ -28,7 +30,7 @@ from fireledger.security.envelope import cipher_for, seal_stored_secrets
 from fireledger.security.tenancy import purge_loop
 from fireledger.settings import Settings, parse_dispatch_processes, parse_trusted_proxies, process_env
 from fireledger.stopping import StopGuard
-from fireledger.store import Store
+from fireledger.store import Store, StoreError
 from fireledger.store.engine import SqliteEngine
 from fireledger.waker import Waker
 
@@ -73,8 +75,27 @@ def open_keyring(store: Store | None = None, settings: Settings | None = None) -
     return KeyRingFile(path)
 
 
+def dispatch_child() -> None:
+    """Entry of ``serve``'s extra dispatch processes (:func:`fireledger.children.dispatch_child_command`:
+    ``python -c ... PARENT_PID DB``, without the command line's imports): ``fireledger dispatch --db DB``
+    that ends with ``serve`` (SIGTERM when it dies, ``kill -9`` included; decision 0240) and leaves the WAL
+    checkpoints to it. A bad setting prints one line and exits 2, as the command does."""
+    from fireledger.dispatch.internal import load_modules
+
+    parent, db = int(sys.argv[1]), sys.argv[2]
+    end_with_parent(parent)
+    try:
+        settings = Settings.from_env()
+        load_modules(settings.internal_modules)
+        run(db, ("dispatch",), None, settings, supervised=True)
+    except (StoreError, ValueError) as exc:
+        print(f"fireledger: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def dispatch_processes(env: dict[str, str] | None = None) -> int:
-    """``FIRELEDGER_DISPATCH_PROCESSES`` (default 1): how many processes ``serve`` dispatches from.
+    """``FIRELEDGER_DISPATCH_PROCESSES`` (default ``min(usable cores, 2)``, decision 0239): how many
+    processes ``serve`` dispatches from.
 
     An attempt runner is bound by one core (Python's interpreter lock); ``serve`` with N > 1 starts
     N − 1 extra ``fireledger dispatch`` processes on the same store, which share the lanes the way
@@ -82,49 +103,6 @@ def dispatch_processes(env: dict[str, str] | None = None) -> int:
     leased twice). Raises ``ValueError`` naming the variable."""
     return parse_dispatch_processes(process_env() if env is None else env)
 
-
-async def _supervise_dispatchers(db: str, n: int, stop: asyncio.Event, grace_s: float = 10.0) -> None:
-    """Keep ``n`` child ``fireledger dispatch`` processes running until ``stop``; a child that exits
-    is started again after a second (logged). On stop each child gets SIGTERM (its attempts in
-    flight settle or their leases lapse to another runner) and is waited for."""
-    import sys
-
-    cmd = [sys.executable, "-c", "from fireledger.cli import main; main()", "dispatch", "--db", db]
-    children: list[subprocess.Popen[bytes]] = []
-
-    async def keep(slot: int) -> None:
-        while not stop.is_set():
-            # subprocess.Popen (vfork + exec, nothing but async-signal-safe calls in the child), not the
-            # event loop's spawn: uvloop's forked child can block before exec on a lock another thread
-            # of this busy process held at the fork, and its parent then waits in spawn with the event
-            # loop stopped — no /healthz, no SIGTERM handled (seen: child on a futex, serve hung).
-            proc = subprocess.Popen(cmd, close_fds=True)
-            children.append(proc)
-            log.info("extra dispatch process %d started (pid %d)", slot, proc.pid)
-            while proc.poll() is None and not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.5)
-            if stop.is_set():
-                while proc.poll() is None:   # the supervisor has sent SIGTERM (and SIGKILL after grace_s)
-                    await asyncio.sleep(0.05)
-                children.remove(proc)
-                return
-            children.remove(proc)
-            log.error("extra dispatch process %d exited with %s; starting it again in 1 s", slot, proc.returncode)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-
-    keepers = [asyncio.create_task(keep(i + 1)) for i in range(n)]
-    await stop.wait()
-    for proc in list(children):
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-    _, late = await asyncio.wait(keepers, timeout=grace_s)
-    if late:   # a child that outlives its own bounded stop is killed (invariant 17)
-        for proc in list(children):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        await asyncio.wait(late, timeout=1.0)
 
 def node_id(role: str) -> str:
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -313,7 +291,7 @@ async def _run(store: Store, roles: Sequence[str], listen: str | None, db: str |
     # /metrics (fireledger.observe.metrics.StoreCollector), so it is right whichever planes run here.
     waiter = asyncio.create_task(stop.wait())
     extra = settings.dispatch_processes - 1 if "dispatch" in roles and db is not None and len(roles) > 1 else 0
-    supervisor = (asyncio.create_task(_supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
+    supervisor = (asyncio.create_task(supervise_dispatchers(db, extra, stop, grace_s=stop_s * 0.7))
                   if extra and db else None)
     replica_stop = asyncio.Event()
     replicator = None
@@ -371,10 +349,12 @@ async def _stop_planes(planes: _Planes, stop_s: float) -> None:
                                    timeout=max(0.5, stop_s * 0.1))
 
 
-def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Settings | None = None) -> None:
+def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Settings | None = None, *,
+        supervised: bool = False) -> None:
     """Open the store (SQLite migrates; PostgreSQL must be upgraded) and run ``roles`` with
     ``settings`` (read from the environment here when None: every setting is checked before
-    anything starts, ``ValueError`` naming the variable)."""
+    anything starts, ``ValueError`` naming the variable). ``supervised``: an extra dispatch process
+    of ``serve`` — ``serve`` (or its Litestream) checkpoints the SQLite WAL and replicates, not it."""
     import uvloop
 
     from fireledger.observe.logs import setup
@@ -387,11 +367,12 @@ def run(db: str, roles: Sequence[str], listen: str | None = None, settings: Sett
     problem = legacy_store_problem(db)   # never start on a new empty default store beside the old one
     if problem is not None:
         raise ValueError(problem)
-    replica = _replica_plan(db, roles, settings)   # before the store is opened: a refusal changes nothing
+    # before the store is opened: a refusal changes nothing; serve's child: serve replicates
+    replica = None if supervised else _replica_plan(db, roles, settings)
     store = Store.open(db, settings=settings)
     try:
         if isinstance(store.engine, SqliteEngine) and {"timing", "dispatch"} & set(roles):
-            if replica is not None:
+            if replica is not None or supervised:   # serve's child: serve's checkpointer or Litestream does it
                 store.engine.leave_checkpoints_to_replicator()   # Litestream owns them (decision 0126)
             else:
                 store.engine.start_checkpointer()   # WAL checkpoints off the fire path's commits
@@ -435,8 +416,6 @@ def _replica_plan(db: str, roles: Sequence[str], settings: Settings) -> Litestre
 
 def _threads_still_running(wait_s: float) -> list[str]:
     """Names of the worker threads (not daemons) still running after up to ``wait_s`` seconds."""
-    import time
-
     deadline = time.monotonic() + wait_s
     busy = []
     for t in threading.enumerate():

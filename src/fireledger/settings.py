@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fireledger.cores import default_dispatch_processes
 from fireledger.domain.pacing import PACING_VARIABLES, Pacing
 from fireledger.domain.policies import MISS_THRESHOLD_ENV, miss_threshold_from
 from fireledger.errors import FireledgerError
@@ -82,8 +83,9 @@ def parse_stop_timeout_s(env: Mapping[str, str]) -> float:
 
 
 def parse_dispatch_processes(env: Mapping[str, str]) -> int:
-    """``FIRELEDGER_DISPATCH_PROCESSES`` (default 1): processes ``serve`` dispatches from, 1 to 64."""
-    text = (env.get("FIRELEDGER_DISPATCH_PROCESSES") or "1").strip()
+    """``FIRELEDGER_DISPATCH_PROCESSES``: processes ``serve`` dispatches from, 1 to 64; unset or empty:
+    ``min(usable cores, 2)`` (:func:`fireledger.cores.default_dispatch_processes`, decision 0239)."""
+    text = (env.get("FIRELEDGER_DISPATCH_PROCESSES") or "").strip() or str(default_dispatch_processes())
     if not text.isdigit() or not 1 <= int(text) <= 64:
         raise SettingError(f"FIRELEDGER_DISPATCH_PROCESSES: {text!r} is not a whole number from 1 to 64")
     return int(text)
@@ -421,7 +423,7 @@ class Settings:
     leases: LeaseSettings = field(default_factory=LeaseSettings)   # FIRELEDGER_LEASE_TTL_S ... EPS_CEILING_US
     pacing: Pacing = field(default_factory=Pacing)  # FIRELEDGER_TIMING_GATHER_S ... DISPATCH_IDLE_S (0150)
     # dispatch plane
-    dispatch_processes: int = 1                     # FIRELEDGER_DISPATCH_PROCESSES
+    dispatch_processes: int = field(default_factory=default_dispatch_processes)   # ..._PROCESSES: min(cores, 2)
     dispatch_concurrency: int | None = None         # FIRELEDGER_DISPATCH_CONCURRENCY (256)
     over_quota_share: float | None = None           # FIRELEDGER_OVER_QUOTA_SHARE (0.5)
     connect_timeout_s: float = 5.0                  # FIRELEDGER_CONNECT_TIMEOUT_S

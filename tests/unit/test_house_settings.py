@@ -68,7 +68,8 @@ def test_the_checker_sees_a_read() -> None:
 
 def test_defaults_of_an_empty_environment() -> None:
     s = Settings.from_env({})
-    assert (s.stop_timeout_s, s.dispatch_processes, s.backfill_max, s.history_retention_days) == (10.0, 1, 1000, 90)
+    assert (s.stop_timeout_s, s.backfill_max, s.history_retention_days) == (10.0, 1000, 90)
+    assert s.dispatch_processes == min(len(os.sched_getaffinity(0)), 2)   # decision 0239
     assert (s.miss_threshold_us, s.declared_eps_us, s.log_level, s.trusted_proxies) == (60_000_000, 5000, "info", ())
     assert s.allow_private_targets is False and s.public_url is None and s.max_connections is None
     assert s == Settings()   # the dataclass defaults are the documented ones
