@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from e2e import wait_until
 from fireledger.clock import FakeClock
 from fireledger.dispatch.http import HttpSender
 from fireledger.dispatch.pool import INITIAL_ORIGIN_LIMIT
@@ -31,17 +32,6 @@ from sink import SinkServer
 from storekit import add_target, add_tenant, add_trigger
 
 S = 1_000_000
-
-
-def _poll(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)   # poll interval, bounded by the deadline
 
 
 async def _until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -136,7 +126,7 @@ def test_an_attempt_held_until_its_timeout_is_not_sent_and_is_recorded_retry(sto
                 clock.set(start + 3600 * S + S // 10)
                 assert len(timing.tick().inserted) == long_n
                 assert await d.claim_once() == long_n
-                await asyncio.to_thread(_poll, lambda: hung() >= long_n, 10, "the long attempts' requests")
+                await asyncio.to_thread(wait_until, lambda: hung() >= long_n, 10, "the long attempts' requests")
                 now = clock.now().latest_us
                 short_ids.extend(add_trigger(store, t, tg, {"every": "60s"}, now_us=now,
                                              policies=Policies(timeout_s=0.5, max_attempts=2))[0].id
@@ -189,7 +179,7 @@ def test_stop_abandons_held_attempts_with_the_ones_in_flight(store) -> None:
             d = Dispatcher(store, clock, "d1", idle_s=0.05)
             task = asyncio.create_task(d.run())
             await _until(lambda: d.held == n - INITIAL_ORIGIN_LIMIT, 10, "attempts held behind the flow's limit")
-            await asyncio.to_thread(_poll, lambda: hung() >= INITIAL_ORIGIN_LIMIT, 10, "the requests in flight")
+            await asyncio.to_thread(wait_until, lambda: hung() >= INITIAL_ORIGIN_LIMIT, 10, "the requests in flight")
             d.stop(drain_s=0.2)
             await task
             return d.held, len(d._tasks), d._inflight
