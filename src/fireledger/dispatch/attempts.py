@@ -10,6 +10,7 @@ import asyncio
 import logging
 import random
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter as PromCounter
 
@@ -63,8 +64,8 @@ class Attempts:
     _tasks: set[asyncio.Task[None]]
     _gate: FlowGate
 
-    def wake(self) -> None:
-        raise NotImplementedError
+    if TYPE_CHECKING:   # the dispatcher's, which this half calls (no stub at run time)
+        def wake(self) -> None: ...
 
     # --- one attempt ----------------------------------------------------------------------------
 
@@ -189,10 +190,20 @@ class Attempts:
         """``h`` waited until its timeout: settled ``retry``, not sent, as a wait in the pool ends."""
         claimed, key, _req = h.item
         job = claimed.job
-        res: HttpResult | None = None
         try:
             assert self.sender is not None
             res = self.sender.held_result(h.flow, job.policies.timeout_s, h.since)
+        except Exception as exc:
+            self._unexpected(job, None, exc)
+            self._finished(claimed)
+            return
+        self._settle_unsent(claimed, key, res)
+
+    def _settle_unsent(self, claimed: ClaimedJob, key: str, res: HttpResult) -> None:
+        """Record ``res`` for an attempt that was never sent (refused, unbuildable, or held past its
+        timeout): concluded and logged, or logged as unexpected, and the attempt finished either way."""
+        job = claimed.job
+        try:
             self._conclude(job, res)
         except Exception as exc:
             self._unexpected(job, res, exc)
@@ -237,14 +248,7 @@ class Attempts:
             self._finished(claimed)
             return
         if isinstance(req, HttpResult):   # must not or cannot be sent: settled now, no task
-            try:
-                self._conclude(job, req)
-            except Exception as exc:
-                self._unexpected(job, req, exc)
-            else:
-                self._log_result(job, key, req)
-            finally:
-                self._finished(claimed)
+            self._settle_unsent(claimed, key, req)
             return
         # First come first served per flow: held while older ones wait or the limit is in use. Not
         # sent once its timeout has passed waiting: its lease (claim + timeout + margin) holds until then.
