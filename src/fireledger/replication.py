@@ -169,6 +169,17 @@ class ChildWatch:
         return proc is not None and proc.poll() is None
 
 
+def ending_with_parent(command: list[str]) -> list[str]:
+    """``command`` run so that it gets SIGTERM when ``serve`` (the thread that starts it) ends, ``kill -9``
+    included: on Linux through util-linux's ``setpriv --pdeathsig TERM`` (``prctl(PR_SET_PDEATHSIG)``
+    before the exec; no privilege needed), so an orphaned Litestream never goes on replicating beside
+    the one a restarted ``serve`` starts (two replicators on one replica, decision 0252). Without
+    ``setpriv`` (another system) the command unchanged: a ``kill -9`` of the process group still ends
+    both, one of ``serve`` alone leaves Litestream running until it is stopped."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *command] if setpriv else command
+
+
 async def supervise_litestream(plan: LitestreamPlan, stopping: asyncio.Event, finish: asyncio.Event,
                                grace_s: float = 2.0, watch: ChildWatch | None = None) -> None:
     """Keep ``litestream replicate`` running until ``finish`` is set. A child that exits is logged and
@@ -177,13 +188,14 @@ async def supervise_litestream(plan: LitestreamPlan, stopping: asyncio.Event, fi
     process is stopping: a signal sent to the whole process group reached the child too). On
     ``finish`` the child gets SIGTERM (Litestream ships what it has read, bounded by its
     ``shutdown-sync-timeout``) and SIGKILL after ``grace_s``. The child shares the process group,
-    so a ``kill -9`` of the group ends it with ``serve``; started with ``subprocess.Popen`` for the
+    so a ``kill -9`` of the group ends it with ``serve``, and one of ``serve`` alone sends it SIGTERM
+    (:func:`ending_with_parent`); started with ``subprocess.Popen`` for the
     reason given in :func:`fireledger.service._supervise_dispatchers`. ``watch`` (optional) is told
     the child of the moment."""
     loop = asyncio.get_running_loop()
     delay = BACKOFF_FIRST_S
     while True:
-        proc = subprocess.Popen(plan.command(), close_fds=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(ending_with_parent(plan.command()), close_fds=True, stdin=subprocess.DEVNULL)
         if watch is not None:
             watch.proc = proc
         started = loop.time()

@@ -200,6 +200,30 @@ def test_a_dead_litestream_is_logged_and_started_again_and_stops_with_serve(tmp_
         svc.stop()
 
 
+def test_a_kill_9_of_serve_alone_ends_its_litestream(tmp_path):
+    """serve dies without stopping Litestream (SIGKILL to serve's pid, not its process group): the kernel
+    sends Litestream SIGTERM (``setpriv --pdeathsig``, decision 0252), so no orphan goes on replicating
+    beside the one a restarted serve would start."""
+    import signal
+
+    _litestream_installed()
+    (tmp_path / "disk").mkdir()
+    url = f"sqlite:///{tmp_path / 'disk' / 'fireledger.db'}"
+    svc = Service(url, tmp_path, env={"FIRELEDGER_REPLICA": str(tmp_path / "replica")}).start()
+    child: list[int] = []
+    try:
+        assert svc.proc is not None
+        child = wait_until(lambda: _litestream_children(svc.proc.pid), 20, "litestream to start")
+        os.kill(svc.proc.pid, signal.SIGKILL)
+        svc.proc.wait(timeout=20)
+        wait_until(lambda: not any(_alive(p) for p in child), 20, "the orphaned litestream to end")
+    finally:
+        svc.stop()
+        for p in child:   # never leave one behind, even when the test fails
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
 def test_restore_checks_the_audit_chain_with_the_deployments_kek(tmp_path):
     """The restore's audit check is real: without the KEK it refuses (exit 2); under another KEK the
     chain does not recompute, so the copy is not put in place (exit 1) and is left for inspection."""
