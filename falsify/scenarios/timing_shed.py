@@ -67,7 +67,10 @@ def run(quick: bool) -> dict[str, Any]:
         passed = (owned_at is not None and owned_at <= 15.0 and shed_at is not None and shed_at <= 15.0
                   and c_held_ever == 0 and bool(c_state[0])
                   and excursion and (quick or rejoin_s is not None))
+        # a failure says why: the lines B logged at warning or above (no payloads are ever logged)
+        b_said = [ln for ln in b.log_text().splitlines() if any(w in ln for w in ("WARNING", "ERROR", "sheds"))]
         return {
+            **({} if passed else {"b_log_tail": [ln[:300] for ln in b_said[-12:]]}),
             "passed": passed, "quick": quick, "system": "postgres", "excursion": "rtt +250 ms on B's connections",
             "b_shed_after_s": shed_at, "b_eps_ms_when_shed": None if b_eps is None else round(b_eps / 1000, 1),
             "owned_elsewhere_after_s": owned_at, "budget_s": 15,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from falsify.run import discover, run_one
 
@@ -31,4 +33,4 @@ def _scenarios_on_the_sessions_postgresql(pg_server):
 @pytest.mark.parametrize(("name", "fn"), PARAMS)
 def test_quick_scenario_passes(name, fn):
     res = run_one(name, fn)
-    assert res["passed"], (res.get("failures") or res.get("error"), res)
+    assert res["passed"], json.dumps(res, indent=1, default=str)   # every figure, not pytest's cut repr

@@ -57,3 +57,33 @@ def test_no_word_from_the_authority_means_no_claiming():
     c = CrossCheckedClock(SystemClock(declared_eps_us=1_000), down)
     iv = c.now()
     assert iv.source == "postgres-stale" and iv.eps_us > 100_000
+
+
+def test_an_old_probe_starts_one_measurement_however_many_readings_ask():
+    """Over a slow link a measurement takes a round trip; every reading in that time asks for one.
+    Only one is in flight at a time (before: one thread per reading, a storm on a slow link)."""
+    import threading
+
+    calls: list[int] = []
+    release = threading.Event()
+    in_flight = threading.Semaphore(0)
+
+    def slow_server() -> int:
+        calls.append(1)
+        if len(calls) > 1:            # the first (constructor) measurement answers at once
+            in_flight.release()
+            assert release.wait(10)
+        return time.time_ns() // 1000
+
+    c = CrossCheckedClock(SystemClock(declared_eps_us=1_000), slow_server, interval_s=0.0)
+    for _ in range(200):
+        c.now()
+    assert in_flight.acquire(timeout=10)      # the background measurement started...
+    assert len(calls) == 2                    # ...and it is the only one
+    release.set()
+    deadline = time.monotonic() + 10
+    while c._measuring:                       # poll with a deadline: the measurement lands
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    c.now()
+    assert in_flight.acquire(timeout=10) and len(calls) == 3   # the next old reading measures again

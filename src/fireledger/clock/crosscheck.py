@@ -37,6 +37,7 @@ class CrossCheckedClock:
         self.stale_s = stale_s
         self.probe: Probe | None = None
         self._lock = threading.Lock()
+        self._measuring = False   # a background measurement is in flight (at most one at a time)
         self.measure()
 
     def measure(self) -> Probe | None:
@@ -62,11 +63,29 @@ class CrossCheckedClock:
             # No recent word from the authority: an honest interval is unbounded for claiming.
             return Interval(local.earliest_us - 10**9, local.latest_us + 10**9, "postgres-stale")
         if mono - probe.at_mono > self.interval_s:
-            threading.Thread(target=self.measure, daemon=True).start()
+            self._measure_in_background()
         mid = (local.earliest_us + local.latest_us) // 2 + probe.offset_us
         half = probe.rtt_us // 2 + 1
         return Interval(min(local.earliest_us, mid - half), max(local.latest_us, mid + half),
                         f"{local.source}+postgres")
+
+    def _measure_in_background(self) -> None:
+        """Start one measuring thread unless one is in flight: every reading between a probe going
+        old and the next one landing asks for a measurement, and over a slow link (the round trip is
+        what is measured) that is many readings."""
+        with self._lock:
+            if self._measuring:
+                return
+            self._measuring = True
+
+        def run() -> None:
+            try:
+                self.measure()
+            finally:
+                with self._lock:
+                    self._measuring = False
+
+        threading.Thread(target=run, name="clock-cross-check", daemon=True).start()
 
     def monotonic(self) -> float:
         return self.base.monotonic()

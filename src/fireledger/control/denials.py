@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,7 @@ class DenialLedger:
         self._lock = threading.Lock()
         self._windows: dict[Key, _Window] = {}
         self._order: deque[tuple[int, Key]] = deque()   # (window start, key), oldest first
+        self._unwritten = 0   # refusals in summaries taken from their windows, not yet appended
         self._flusher: threading.Thread | None = None
         self._stop = Waker()   # a timed wait that returns under a faked clock (waker.py)
         self._closed = False
@@ -143,6 +144,7 @@ class DenialLedger:
             w = self._windows.pop(key, None)
             if w is not None and w.suppressed:
                 out.append(self._summary(key, w, now))
+                self._unwritten += w.suppressed
         return out
 
     def _summary(self, key: Key, w: _Window, now: int) -> DenialRow:
@@ -158,9 +160,11 @@ class DenialLedger:
         })
 
     def pending(self) -> int:
-        """Refusals counted but not yet in the audit."""
+        """Refusals counted but not yet in the audit: those of open windows and those of summaries
+        taken from their window whose append has not returned yet (a summary being written is still
+        pending, so a caller that waits for 0 sees it in the audit)."""
         with self._lock:
-            return sum(w.suppressed for w in self._windows.values())
+            return self._unwritten + sum(w.suppressed for w in self._windows.values())
 
     # --- writing --------------------------------------------------------------------------------
 
@@ -173,7 +177,16 @@ class DenialLedger:
             except Exception as err:   # the refusal stands; the failure to audit it is loud
                 lost = sum(int(x.new.get("count", 1)) for x in rows[i:])
                 log.error("could not audit %d denied request(s): %s", lost, type(err).__name__)
+                self._settled(rows[i:])
                 return
+            self._settled((r,))
+
+    def _settled(self, rows: Sequence[DenialRow]) -> None:
+        """The summaries among ``rows`` are appended (or lost, logged): no longer pending."""
+        done = sum(int(r.new["count"]) for r in rows if r.new.get("summary"))
+        if done:
+            with self._lock:
+                self._unwritten -= done
 
     def flush(self, *, everything: bool = False) -> int:
         """Write the summaries of windows that ended (every open one when ``everything``); returns the
