@@ -92,3 +92,57 @@ def test_results_finishing_together_are_recorded_in_one_transaction(store, sink)
     # The first result is recorded at once; the others finish within the next second (30 local
     # requests) and wait for the window: two recordings, three if the first came in two parts.
     assert len(recorded) <= 3
+
+
+def test_results_waiting_in_the_gather_window_ride_the_next_claim_round(store, sink):
+    """Decision 0253: results waiting out the settle gather window are recorded by a claim round
+    that starts meanwhile (``settle_and_claim``), not by a recording of their own, and the flusher
+    opens no transaction for results a claim already took; every fire is recorded delivered once."""
+    n = 30
+    now = time.time_ns() // 1000
+    t = add_tenant(store, now_us=now)
+    target = add_target(store, t, url=f"{sink.base_url}/ok", secret=SECRET, now_us=now)
+    trig, _, _ = add_trigger(store, t, target, {"every": "3600s"}, now_us=now, policies=Policies(max_attempts=1))
+    _commit_due(store, trig, n)
+    d = Dispatcher(store, SystemClock(declared_eps_us=1000), "d1", batch=64, idle_s=30.0, settle_gather_s=1.0)
+    flushed: list[int] = []
+    folded: list[int] = []
+    settle, settle_and_claim = store.dispatch.settle_dispatch, store.dispatch.settle_and_claim
+
+    def counted(batch, now_us):
+        flushed.append(len(batch))
+        return settle(batch, now_us)
+
+    def counted_fold(batch, *args, **kw):
+        folded.append(len(batch))
+        return settle_and_claim(batch, *args, **kw)
+
+    store.dispatch.settle_dispatch = counted
+    store.dispatch.settle_and_claim = counted_fold
+    delivered = lambda: sum(1 for f in store.history.list_fires(t.id, trig.id) if f.state == "delivered")  # noqa: E731
+
+    async def main() -> None:
+        task = asyncio.create_task(d.run())
+        deadline = time.monotonic() + 30
+        while len(d._results) + sum(flushed) < n:   # every attempt concluded
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.01)   # poll with a deadline
+        d.wake()                        # a claim round, as after a commit: it records what waits
+        while delivered() < n:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.01)   # poll with a deadline
+        window_over = time.monotonic() + 1.5
+        while time.monotonic() < window_over:   # the flusher's window ends meanwhile: what is
+            assert not task.done()              # checked is that nothing follows, so it is waited out
+            await asyncio.sleep(0.05)           # poll to the window's end (a deadline, not a condition)
+        d.stop()
+        await task
+
+    asyncio.run(main())
+    assert len({r["fire_key"] for r in sink.records()}) == n
+    assert sum(flushed) + sum(folded) == n, (flushed, folded)   # every result recorded once
+    # The first recording starts at once with what had finished (the window starts there); the
+    # others waited in the window and the claim round recorded them in its transaction; after the
+    # window the flusher found nothing left and wrote nothing (before: an empty transaction).
+    assert folded and folded[-1] == n - flushed[0], (flushed, folded)
+    assert flushed == [flushed[0]], (flushed, folded)

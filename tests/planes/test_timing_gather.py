@@ -85,7 +85,7 @@ def test_the_window_and_the_planes_sleeps_are_settings():
                            "FIRELEDGER_DISPATCH_IDLE_S": "0.25"}).pacing
     assert p == Pacing(timing_gather_s=0.0, timing_max_sleep_s=2.0, dispatch_idle_s=0.25)
     assert Settings.from_env({"FIRELEDGER_DISPATCH_SETTLE_GATHER_S": "0.01"}).pacing.dispatch_settle_gather_s == 0.01
-    assert Pacing().dispatch_settle_gather_s == 0.0   # off by default (decision 0152)
+    assert Pacing().dispatch_settle_gather_s == 0.05   # on by default since results ride claims (0253)
     assert Settings.from_env({}).pacing == Pacing()
     assert Pacing().timing_gather_s == 0.02
     for name in ("FIRELEDGER_TIMING_MAX_SLEEP_S", "FIRELEDGER_DISPATCH_IDLE_S"):

@@ -181,7 +181,11 @@ class Dispatcher(Attempts):
                 await asyncio.sleep(0)
                 continue
             if (pause := self.settle_gather_s - (loop.time() - last)) > 0 and not self._stopping:
-                await asyncio.sleep(pause)   # results finishing meanwhile share the transaction (0152)
+                # Results finishing meanwhile share the transaction (0152), and a claim round starting
+                # meanwhile takes them all into its own (0233, decision 0253): look again after it.
+                await asyncio.sleep(pause)
+                last = loop.time() - self.settle_gather_s   # the window is over: no second pause
+                continue
             batch, self._results, last = self._results, [], loop.time()
             try:
                 await self._record(loop, executor, batch)

@@ -13,11 +13,13 @@ seconds:
   fire early (a cycle still claims only instants ≤ the clock's earliest bound). 0 turns it off.
 * ``timing_max_sleep_s`` (default 0.5): the longest the timing loop sleeps with nothing due, which
   bounds how late it sees a definition changed by another process without a notification.
-* ``dispatch_settle_gather_s`` (default 0: off): the dispatcher records attempt results no sooner
-  than this after it last started recording them: results that finish meanwhile share one
-  transaction (decision 0152). It delays the recording, which releases the fire's lease and its
-  tenant's in-flight slot, by at most this — enough to upset the strict shedding order between
-  recovery lanes (see the decision), hence off unless chosen.
+* ``dispatch_settle_gather_s`` (default 0.05): the dispatcher's flusher records attempt results no
+  sooner than this after it last started recording them: results that finish meanwhile share one
+  transaction (decision 0152), and a claim round that starts meanwhile records them all in its own
+  transaction before it claims (decision 0233) — under load, results ride the claims and the flusher
+  writes only what no claim took (decision 0253). It delays the recording of results no claim round
+  takes, which releases the fire's lease and its tenant's in-flight slot, by at most this; a claim
+  round always sees every result finished before it. 0 records at once.
 * ``dispatch_idle_s`` (default 0.5): the longest the dispatcher sleeps with nothing to claim, which
   bounds how late a split ``dispatch`` process (no hand-off from a timing plane in its process, no
   notification: SQLite, or PostgreSQL while its ``LISTEN fireledger_fires`` is down, decision 0221)
@@ -41,7 +43,7 @@ class Pacing:
     timing_gather_s: float = 0.02
     timing_max_sleep_s: float = 0.5
     dispatch_idle_s: float = 0.5
-    dispatch_settle_gather_s: float = 0.0
+    dispatch_settle_gather_s: float = 0.05
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Pacing:
