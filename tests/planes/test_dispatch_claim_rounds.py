@@ -68,16 +68,23 @@ def test_finished_attempts_claim_again_only_when_work_was_left(store, sink, batc
         assert rounds[0] < n // 2
 
 
-def test_results_finishing_together_are_recorded_in_one_transaction(store, sink):
-    """Decision 0152: with a settle gather window, results that finish within it share one
-    ``settle_dispatch`` call; every fire is still recorded delivered."""
-    n = 30
+def _windowed_dispatcher(store, sink, n: int):
+    """A tenant, a trigger with ``n`` fires due now (one attempt each, to the sink) and a dispatcher
+    with a 1 s settle gather window: (tenant, trigger, dispatcher)."""
     now = time.time_ns() // 1000
     t = add_tenant(store, now_us=now)
     target = add_target(store, t, url=f"{sink.base_url}/ok", secret=SECRET, now_us=now)
     trig, _, _ = add_trigger(store, t, target, {"every": "3600s"}, now_us=now, policies=Policies(max_attempts=1))
     _commit_due(store, trig, n)
-    d = Dispatcher(store, SystemClock(declared_eps_us=1000), "d1", batch=64, idle_s=30.0, settle_gather_s=1.0)
+    return t, trig, Dispatcher(store, SystemClock(declared_eps_us=1000), "d1", batch=64, idle_s=30.0,
+                               settle_gather_s=1.0)
+
+
+def test_results_finishing_together_are_recorded_in_one_transaction(store, sink):
+    """Decision 0152: with a settle gather window, results that finish within it share one
+    ``settle_dispatch`` call; every fire is still recorded delivered."""
+    n = 30
+    t, trig, d = _windowed_dispatcher(store, sink, n)
     recorded: list[int] = []
     settle = store.dispatch.settle_dispatch
 
@@ -99,12 +106,7 @@ def test_results_waiting_in_the_gather_window_ride_the_next_claim_round(store, s
     that starts meanwhile (``settle_and_claim``), not by a recording of their own, and the flusher
     opens no transaction for results a claim already took; every fire is recorded delivered once."""
     n = 30
-    now = time.time_ns() // 1000
-    t = add_tenant(store, now_us=now)
-    target = add_target(store, t, url=f"{sink.base_url}/ok", secret=SECRET, now_us=now)
-    trig, _, _ = add_trigger(store, t, target, {"every": "3600s"}, now_us=now, policies=Policies(max_attempts=1))
-    _commit_due(store, trig, n)
-    d = Dispatcher(store, SystemClock(declared_eps_us=1000), "d1", batch=64, idle_s=30.0, settle_gather_s=1.0)
+    t, trig, d = _windowed_dispatcher(store, sink, n)
     flushed: list[int] = []
     folded: list[int] = []
     settle, settle_and_claim = store.dispatch.settle_dispatch, store.dispatch.settle_and_claim
