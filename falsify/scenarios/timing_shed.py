@@ -13,8 +13,9 @@ Passes when B says it sheds (its session row) and every partition is owned elsew
 the delay (B may lose its leases even before its next clock probe: a 250 ms round trip also slows its
 renewals, and whichever comes first moves the partitions), C
 never holds a lease (and says it sheds), two of three nodes shedding is reported as a correlated
-excursion by A within the 30 s window (polled with the rest: B's heartbeats over the slowed link come
-close to the 3 s session TTL, so A may read B as live only on some of its cycles), and (full form) B rejoins — takes partitions again — once the delay is removed.
+excursion by A within the 30 s window (polled with the rest: B's heartbeats over the slowed link
+come close to the 3 s session TTL, so A may read B as live only on some of its cycles), and (full
+form) B rejoins — takes partitions again — once the delay is removed.
 """
 
 from __future__ import annotations
