@@ -84,6 +84,6 @@ def test_an_old_probe_starts_one_measurement_however_many_readings_ask():
     deadline = time.monotonic() + 10
     while c._measuring:                       # poll with a deadline: the measurement lands
         assert time.monotonic() < deadline
-        time.sleep(0.01)
+        time.sleep(0.01)   # poll with a deadline
     c.now()
     assert in_flight.acquire(timeout=10) and len(calls) == 3   # the next old reading measures again
