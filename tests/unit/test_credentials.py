@@ -11,6 +11,7 @@ from pathlib import Path
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.bindings import crypto_sign
 
 from fireledger.dispatch import signing
 from fireledger.dispatch.credentials import (
@@ -81,6 +82,31 @@ def test_mint_reads_no_clock_and_is_deterministic() -> None:
     # even for times far from the wall clock.
     assert token_for(ring, body, now_s=5, expires_s=6) == token_for(ring, body, now_s=5, expires_s=6)
     assert token_for(ring, body, attempt=2) != token_for(ring, body, attempt=1)
+
+
+def test_mint_signature_is_the_rfc8037_one_and_cryptographys() -> None:
+    # The token is signed through libsodium (decision 0254). Ed25519 is deterministic, so the
+    # signature must be byte for byte the one cryptography's key makes; RFC 8037 appendix A.4 pins
+    # it for one key and one signing input, independently of both libraries.
+    d = base64.urlsafe_b64decode("nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=")
+    rfc = SigningKey.from_private(Ed25519PrivateKey.from_private_bytes(d), "current", None)
+    rfc.header_b64 = b"eyJhbGciOiJFZERTQSJ9"   # {"alg":"EdDSA"}, the RFC's protected header
+    ring = KeyRing([rfc])
+    claims = body_for()
+    token = token_for(ring, claims)
+    signing_input, signature = token.rsplit(".", 1)
+    assert base64.urlsafe_b64decode(signature + "==") == rfc.private.sign(signing_input.encode())
+    # A.4's payload is "Example of Ed25519 signing"; its signature, from the RFC:
+    a4 = crypto_sign(b"eyJhbGciOiJFZERTQSJ9.RXhhbXBsZSBvZiBFZDI1NTE5IHNpZ25pbmc", rfc.sodium_sk)[:64]
+    assert base64.urlsafe_b64encode(a4).rstrip(b"=").decode() == (
+        "hgyY0il_MGCjP0JzlnLWG1PPOt7-09PGcvMg3AIbQR6dWbhijcNR4ki4iylGjg5BhVsPt9g7sVvpAr_MuM0KAg")
+    for _ in range(20):   # and for fresh keys, on the real signing input of a token
+        ring = KeyRing.generate()
+        token = token_for(ring, claims)
+        signing_input, signature = token.rsplit(".", 1)
+        assert base64.urlsafe_b64decode(signature + "==") == ring.current.private.sign(signing_input.encode())
+        ring.current.private.public_key().verify(base64.urlsafe_b64decode(signature + "=="),
+                                                 signing_input.encode())
 
 
 @pytest.mark.parametrize(
