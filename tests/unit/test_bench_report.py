@@ -155,6 +155,13 @@ def test_steady_is_met_only_by_a_60s_run_at_the_rate_and_missed_when_the_ladder_
     held_low = [run(2000, 5, True), run(3000, 5, False), run(2000, 60, True)]
     got = verdict([*others, *held_low], "steady: ≥")
     assert got.status == targets.MISSED and "2,000/s held 60 s" in got.figure
+    # Probes held 4,000/s, but the 60 s runs at 4,000 and 3,000 did not hold (session 10's PostgreSQL
+    # split planes): missed with the 60 s figures, not "not measured".
+    probe_only = [run(3000, 5, True), run(4000, 5, True), run(4000, 60, False), run(3000, 60, False)]
+    got = verdict([*others, *probe_only], "steady: ≥")
+    assert got.status == targets.MISSED, got
+    assert got.figure.startswith("no 60 s run held")
+    assert "3,000/s × 60 s" in got.figure and "4,000/s × 60 s" in got.figure
 
 
 def test_steady_on_postgres_split_planes_is_judged_from_its_own_lines():
