@@ -138,6 +138,12 @@ def steady(lines: list[dict[str, Any]]) -> list[Verdict]:
                                      "p99 ≤ 1 s, nothing missed")]
 
 
+def _run_figure(x: dict[str, Any]) -> str:
+    """One steady run as the Targets table states it: rate, duration, delivered of due, p99."""
+    return (f"{x['rate']:,}/s × {x.get('duration_s')} s: {x.get('delivered') or 0:,}/"
+            f"{x.get('n') or 0:,} delivered, p99 {fmt_s(x.get('lateness_p99_s'))}")
+
+
 def _steady(lines: list[dict[str, Any]], system: str, target: str) -> Verdict:
     """Met only by a 60 s run; missed when a 60 s run below 2,500 is the best, or when the runs stopped
     below 2,500 at a failure (the ladder goes no higher: a higher rate would only be worse)."""
@@ -155,9 +161,7 @@ def _steady(lines: list[dict[str, Any]], system: str, target: str) -> Verdict:
         # Short probes held the rate but its 60 s confirmation did not: missed, with the 60 s figures
         # (the probe's rate is not a rate held for 60 s).
         fig = f"{best60:,}/s held 60 s" if best60 is not None else "no 60 s run held"
-        for x in long_failed:
-            fig += (f"; {x['rate']:,}/s × {x.get('duration_s')} s: {x.get('delivered') or 0:,}/"
-                    f"{x.get('n') or 0:,} delivered, p99 {fmt_s(x.get('lateness_p99_s'))}")
+        fig += "".join(f"; {_run_figure(x)}" for x in long_failed)
         return Verdict("15.3", target, fig, MISSED)
     if runs and (best60 is not None or failed) and best_any < STEADY_RATE:
         worst = next(x for x in runs if not x.get("sustained")) if failed else None
@@ -165,8 +169,7 @@ def _steady(lines: list[dict[str, Any]], system: str, target: str) -> Verdict:
                f"best sustained {best_any:,}/s in {runs[0].get('duration_s')} s runs" if best_any else
                f"no {runs[0].get('duration_s')} s run sustained")
         if worst is not None:
-            fig += (f"; {worst['rate']:,}/s × {worst.get('duration_s')} s: {worst.get('delivered') or 0:,}/"
-                    f"{worst.get('n') or 0:,} delivered, p99 {fmt_s(worst.get('lateness_p99_s'))}")
+            fig += f"; {_run_figure(worst)}"
         return Verdict("15.3", target, fig, MISSED)
     fig = f"best sustained {best_any:,}/s, no 60 s run at ≥ {STEADY_RATE:,}/s" if runs else f"no {system} steady line"
     return Verdict("15.3", target, fig, NOT_MEASURED)
