@@ -334,11 +334,20 @@ class Stores:
         self.durable = durable
         self._stack = ExitStack()
         self._pg: Any = None
+        self._previous: Path | str | None = None   # the store fresh() returned last (retired by the next call)
 
     def fresh(self, topology: str, name: str) -> tuple[str, Path | None]:
-        """``(url, SQLite file or None)`` of a new store for ``topology`` (``sqlite-*`` or ``postgres-*``)."""
+        """``(url, SQLite file or None)`` of a new store for ``topology`` (``sqlite-*`` or ``postgres-*``).
+
+        The store this method returned before is retired first (its runs are over: callers use one
+        store at a time): a SQLite file is deleted with its WAL; a PostgreSQL database is dropped and
+        the server checkpointed, so that no run pays for its predecessor's WAL flush or for autovacuum
+        of its tables (decision 0255: a confirming run straight after a 60 s run at a higher rate
+        measured the server's leftovers, not its own load)."""
+        self._retire_previous()
         if topology.startswith("sqlite"):
             db = self.tmp / f"{name}-{topology}-{time.monotonic_ns()}.db"
+            self._previous = db
             return f"sqlite:///{db}", db
         from pgserver import pg_server_from_env
 
@@ -352,7 +361,27 @@ class Stores:
                         c.execute(f"ALTER SYSTEM SET {setting} = on")
                     c.execute("SELECT pg_reload_conf()")
         # PostgreSQL's test server takes a short identifier as the prefix (a unique suffix is added).
-        return migrated_database(self._pg, "fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28]), None
+        url = migrated_database(self._pg, "fl_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:28])
+        self._previous = url
+        return url, None
+
+    def _retire_previous(self) -> None:
+        """Delete the SQLite file or drop the PostgreSQL database :meth:`fresh` returned last (see there)."""
+        prev, self._previous = self._previous, None
+        if isinstance(prev, Path):
+            for suffix in ("", "-wal", "-shm", "-writer.lock"):
+                Path(f"{prev}{suffix}").unlink(missing_ok=True)
+        elif isinstance(prev, str) and self._pg is not None:
+            import psycopg
+            from psycopg import sql
+
+            dbname = psycopg.conninfo.conninfo_to_dict(prev)["dbname"]
+            with psycopg.connect(self._pg.url, autocommit=True) as c:
+                c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(dbname))))
+                try:
+                    c.execute("CHECKPOINT")
+                except psycopg.errors.InsufficientPrivilege:
+                    pass   # an external server's role may not checkpoint (FIRELEDGER_TEST_PG_URL): as it is
 
     def pg_settings(self) -> dict[str, str] | None:
         """The PostgreSQL server's durability settings as it runs them (None before it started)."""
