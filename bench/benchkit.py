@@ -369,7 +369,7 @@ class Stores:
         """Delete the SQLite file or drop the PostgreSQL database :meth:`fresh` returned last (see there)."""
         prev, self._previous = self._previous, None
         if isinstance(prev, Path):
-            for suffix in ("", "-wal", "-shm", "-writer.lock"):
+            for suffix in ("", "-wal", "-shm", "-writer.lock", "-fires.bell"):
                 Path(f"{prev}{suffix}").unlink(missing_ok=True)
         elif isinstance(prev, str) and self._pg is not None:
             import psycopg

@@ -204,9 +204,12 @@ def _listen_for_fires(store: Store, dispatcher: Dispatcher, loop: asyncio.Abstra
     """On an engine that notifies (PostgreSQL): ``LISTEN fireledger_fires`` on a dedicated connection
     and wake ``dispatcher`` per notification — fires committed by a timing plane in any process are
     claimed at once instead of at the idle poll, which stays the backstop when the listener is down
-    (decision 0221). Returns the event that stops the listener; None without notifications."""
+    (decision 0221). On SQLite the same through the fires bell (``<db>-fires.bell``, decision 0256).
+    Returns the event that stops the watcher; None when there is nothing to watch."""
     if not store.engine.caps.notify:
-        return None
+        # SQLite: the fires bell next to the database, rung after each such commit (decision 0256).
+        bell = store.engine.fires_bell
+        return None if bell is None else bell.watch(lambda: dispatcher.wake_threadsafe(loop), name="dispatch-bell")
     from fireledger.store.listen import FIRES_CHANNEL, ChannelListener
 
     listener = ChannelListener(getattr(store.engine, "url", ""), lambda: dispatcher.wake_threadsafe(loop),

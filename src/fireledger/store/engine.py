@@ -35,6 +35,7 @@ from fireledger.errors import FireledgerError
 from fireledger.waker import Waker
 
 from . import queries
+from .firesbell import FiresBell
 from .pool import DEFAULT_MAX_IDLE, ConnectionPool
 from .writerlock import WriterFileLock
 
@@ -157,6 +158,16 @@ class Engine(ABC):
     def tables_with_column(self, c: Any, column: str) -> list[str]:
         """The names of the tables that have a column named ``column``, sorted."""
 
+    #: The wake-up between processes of an engine without notifications (SQLite: decision 0256).
+    fires_bell: FiresBell | None = None
+
+    def ring_fires_after_commit(self) -> None:
+        """Inside a write transaction that inserted or released fires: wake the dispatchers of other
+        processes once it commits (nothing if it rolls back). SQLite rings :attr:`fires_bell` after
+        the ``COMMIT``; the base does nothing (PostgreSQL's ``NOTIFY`` is a statement of the
+        transaction itself)."""
+        return
+
     def scrub_after_shred(self) -> bool:
         """After destroying keys or purging rows: push the old page images out of places the engine
         keeps them. True when done; the base (PostgreSQL) does nothing and returns False — dead tuples
@@ -184,6 +195,9 @@ class SqliteEngine(Engine):
         self._write_lock = threading.RLock()
         #: The writer queue across processes (``<db>-writer.lock``, decision 0218).
         self.writer_queue = WriterFileLock(path)
+        #: ``<db>-fires.bell``: rung after a commit that made fires due (decision 0256).
+        self.fires_bell = FiresBell(path)
+        self._txn = threading.local()   # per thread: ring the bell after this transaction commits
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpointer = Waker()   # returns under a faked clock (waker.py)
         self._external_checkpoints = False
@@ -264,14 +278,23 @@ class SqliteEngine(Engine):
         after the thread lock (:mod:`fireledger.store.writerlock`, decision 0218); SQLite's lock and
         its busy timeout stay the guard (and the queue for writers that do not take the file lock)."""
         conn = self.connection()
+        txn = self._txn
         with self._write_lock, self.writer_queue.held():
             conn.execute("BEGIN IMMEDIATE")
+            txn.ring = False
             try:
                 yield conn
             except BaseException:
+                txn.ring = False
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            ring, txn.ring = txn.ring, False
+        if ring and self.fires_bell is not None:
+            self.fires_bell.ring()   # after the commit, outside the writer lock (a hint: never raises)
+
+    def ring_fires_after_commit(self) -> None:
+        self._txn.ring = True
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -320,6 +343,8 @@ class SqliteEngine(Engine):
         self.pool.close_all()
         with self._write_lock:
             self.writer_queue.close()
+            if self.fires_bell is not None:
+                self.fires_bell.close()
 
 
 #: libpq options that notice a server whose machine vanished (power loss, partition: no FIN, no RST)

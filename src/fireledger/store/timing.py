@@ -242,9 +242,14 @@ class SqlTiming(TimingLeases):
 
     def _announce_fires(self, c: Any, inserted: int) -> None:
         """Inside the write transaction ``c``: when it inserted fires and the engine notifies, queue
-        one ``fireledger_fires`` notification (delivered at commit, dropped by a rollback)."""
-        if inserted > 0 and self.engine.caps.notify:
+        one ``fireledger_fires`` notification (delivered at commit, dropped by a rollback); on an
+        engine without notifications, ring its fires bell after the commit (SQLite, decision 0256)."""
+        if inserted <= 0:
+            return
+        if self.engine.caps.notify:
             c.execute(self.q["tm_notify_fires"], {"n": str(inserted)})
+        else:
+            self.engine.ring_fires_after_commit()
 
     def _apply_fire_updates(self, c: Any, updates: Sequence[FireUpdate]) -> list[bool]:
         return [expect_one(c.execute(self.q["ov_update"], update_params(u)).rowcount, "overlap fire update")
