@@ -162,10 +162,9 @@ class Engine(ABC):
     fires_bell: FiresBell | None = None
 
     def ring_fires_after_commit(self) -> None:
-        """Inside a write transaction that inserted or released fires: wake the dispatchers of other
-        processes once it commits (nothing if it rolls back). SQLite rings :attr:`fires_bell` after
-        the ``COMMIT``; the base does nothing (PostgreSQL's ``NOTIFY`` is a statement of the
-        transaction itself)."""
+        """Inside a write transaction that inserted or released fires: wake other processes'
+        dispatchers once it commits, never if it rolls back (SQLite: :attr:`fires_bell`). The base
+        does nothing: PostgreSQL's ``NOTIFY`` is a statement of the transaction itself."""
         return
 
     def scrub_after_shred(self) -> bool:
