@@ -284,7 +284,6 @@ class SqliteEngine(Engine):
             try:
                 yield conn
             except BaseException:
-                txn.ring = False
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from fireledger.waker import Waker
 
-from .writerlock import lock_path_for
+from .writerlock import Sidecar, sidecar_path
 
 log = logging.getLogger("fireledger.store")
 
@@ -41,41 +41,28 @@ DEFAULT_POLL_S = 0.02
 
 
 def bell_path_for(db_path: str) -> str | None:
-    """The sidecar's path for a database file, or None for a database without a file of its own
-    (``:memory:``, an empty path, a ``file:`` URI)."""
-    base = lock_path_for(db_path)
-    return None if base is None else db_path + SUFFIX
+    """The bell's path for a database file (None: see :func:`.writerlock.sidecar_path`)."""
+    return sidecar_path(db_path, SUFFIX)
 
 
 class FiresBell:
     """One process's handle on ``<db>-fires.bell`` (see the module docstring for the contract)."""
 
     def __init__(self, db_path: str) -> None:
-        self.path = bell_path_for(db_path)
-        self._fd: int | None = None
-        self._pid = 0
+        self._file = Sidecar(bell_path_for(db_path), "fires bell %s cannot be opened (%s): dispatchers in "
+                             "other processes see new fires at their idle poll only")
         self._lock = threading.Lock()
         self.rung = 0
 
-    def _descriptor(self) -> int | None:
-        if self.path is None:
-            return None
-        if self._fd is not None and self._pid == os.getpid():
-            return self._fd
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            log.warning("fires bell %s cannot be opened (%s): dispatchers in other processes see new "
-                        "fires at their idle poll only", self.path, exc.strerror)
-            self.path = None
-            return None
-        self._fd, self._pid = fd, os.getpid()
-        return fd
+    @property
+    def path(self) -> str | None:
+        """The bell's path; None without one (no file of its own, or it could not be used)."""
+        return self._file.path
 
     def ring(self) -> None:
         """Wake every watcher of this database (after a commit that made fires due; never raises)."""
         with self._lock:
-            fd = self._descriptor()
+            fd = self._file.descriptor()
             if fd is None:
                 return
             try:
@@ -83,11 +70,12 @@ class FiresBell:
                 self.rung += 1
             except OSError as exc:
                 log.warning("fires bell %s cannot be written (%s): it goes quiet", self.path, exc.strerror)
-                self.path = None
+                self._file.close()
+                self._file.path = None
 
     def _read(self) -> bytes | None:
         with self._lock:
-            fd = self._descriptor()
+            fd = self._file.descriptor()
             if fd is None:
                 return None
             try:
@@ -120,9 +108,7 @@ class FiresBell:
 
     def close(self) -> None:
         with self._lock:
-            fd, self._fd = self._fd, None
-            if fd is not None and self._pid == os.getpid():
-                os.close(fd)
+            self._file.close()
 
 
 __all__ = ["DEFAULT_POLL_S", "SUFFIX", "FiresBell", "bell_path_for"]

@@ -44,12 +44,50 @@ log = logging.getLogger("fireledger.store")
 SUFFIX = "-writer.lock"
 
 
-def lock_path_for(db_path: str) -> str | None:
-    """The sidecar's path for a database file, or None for a database without a file of its own
+def sidecar_path(db_path: str, suffix: str) -> str | None:
+    """``db_path + suffix`` for a database file, or None for a database without a file of its own
     (``:memory:``, an empty path, a ``file:`` URI)."""
     if not db_path or db_path == ":memory:" or db_path.startswith("file:"):
         return None
-    return db_path + SUFFIX
+    return db_path + suffix
+
+
+def lock_path_for(db_path: str) -> str | None:
+    """The writer queue's sidecar for a database file (None: see :func:`sidecar_path`)."""
+    return sidecar_path(db_path, SUFFIX)
+
+
+class Sidecar:
+    """One process's descriptor on a sidecar file beside a SQLite database (mode 0600, created on
+    first use, reopened in a forked child). A sidecar that cannot be opened is logged once with
+    ``unusable`` (``%s`` is the path, then the reason) and :attr:`path` becomes None for good."""
+
+    def __init__(self, path: str | None, unusable: str) -> None:
+        self.path = path
+        self._unusable = unusable
+        self._fd: int | None = None
+        self._pid = 0
+
+    def descriptor(self) -> int | None:
+        """The open sidecar, or None when there is none to use."""
+        if self.path is None:
+            return None
+        if self._fd is not None and self._pid == os.getpid():
+            return self._fd
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            log.warning(self._unusable, self.path, exc.strerror)
+            self.path = None
+            return None
+        self._fd, self._pid = fd, os.getpid()
+        return fd
+
+    def close(self) -> None:
+        """Close the descriptor (in the process that opened it); a later use reopens it."""
+        fd, self._fd = self._fd, None
+        if fd is not None and self._pid == os.getpid():
+            os.close(fd)
 
 
 class WriterFileLock:
@@ -60,29 +98,17 @@ class WriterFileLock:
     by another process and waited in the kernel; ``acquired`` counts every outermost acquisition."""
 
     def __init__(self, db_path: str) -> None:
-        self.path = lock_path_for(db_path)
-        self._fd: int | None = None
-        self._pid = 0
+        # Reopened in a forked child: an ``flock`` belongs to the open file description, which a fork shares.
+        self._file = Sidecar(lock_path_for(db_path), "writer queue file %s cannot be opened (%s): writers "
+                             "of several processes meet at SQLite's busy timeout only")
         self._depth = 0
         self.acquired = 0
         self.contended = 0
 
-    def _descriptor(self) -> int | None:
-        """The open sidecar (reopened in a forked child: an ``flock`` belongs to the open file
-        description, which a fork shares), or None when there is none to use."""
-        if self.path is None:
-            return None
-        if self._fd is not None and self._pid == os.getpid():
-            return self._fd
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            log.warning("writer queue file %s cannot be opened (%s): writers of several processes "
-                        "meet at SQLite's busy timeout only", self.path, exc.strerror)
-            self.path = None
-            return None
-        self._fd, self._pid = fd, os.getpid()
-        return fd
+    @property
+    def path(self) -> str | None:
+        """The sidecar's path; None without one (no file of its own, or it could not be opened)."""
+        return self._file.path
 
     @contextmanager
     def held(self) -> Iterator[None]:
@@ -94,7 +120,7 @@ class WriterFileLock:
             finally:
                 self._depth -= 1
             return
-        fd = self._descriptor()
+        fd = self._file.descriptor()
         if fd is None:
             yield
             return
@@ -113,6 +139,4 @@ class WriterFileLock:
 
     def close(self) -> None:
         """Close the descriptor (releasing the lock if held); a later :meth:`held` reopens it."""
-        fd, self._fd = self._fd, None
-        if fd is not None and self._pid == os.getpid():
-            os.close(fd)
+        self._file.close()
