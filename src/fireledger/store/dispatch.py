@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fireledger.domain.dispatch_records import (
@@ -158,7 +158,8 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         0130): what a claim reads does not grow with the backlog, on either engine.
         """
         with self.engine.write() as c:
-            return self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+            draft = self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+        return draft.result()   # the jobs are built after the commit: the writer is held for SQL only
 
     def settle_and_claim(self, items: Sequence[Settlement], now_us: int, owner: str, fetch: Mapping[str, int],
                          shaper: Shaper, lease_margin_us: int) -> tuple[list[bool], ClaimResult]:
@@ -168,16 +169,18 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         Raises, with nothing recorded and nothing leased, when either refuses as a whole."""
         with self.engine.write() as c:
             oks = self._settle_in(c, items, now_us) if items else []
-            return oks, self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+            draft = self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+        return oks, draft.result()
 
     def _claim_in(self, c: Any, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                  lease_margin_us: int) -> ClaimResult:
-        """:meth:`claim_shaped` inside the caller's write transaction ``c``."""
+                  lease_margin_us: int) -> _ClaimDraft:
+        """:meth:`claim_shaped` inside the caller's write transaction ``c``: what it leased, to be
+        built into its :class:`ClaimResult` once the transaction has committed (decision 0257)."""
         q = self.q
         cands = self._ranked_candidates(c, now_us, fetch)
         offered = {lane: len(v) for lane, v in cands.items()}
         if not any(offered.values()):
-            return ClaimResult([], None, {}, offered)
+            return _ClaimDraft([], None, {}, offered, owner, now_us)
         keys = shaper.bucket_keys(cands)
         tats: dict[str, int] = {}
         if keys:
@@ -189,11 +192,11 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         inflight = {r[0]: int(r[1]) for r in c.execute(
             q["dp_inflight"], {"ids": _ids(tenants), "now_us": now_us}).fetchall()}
         decision = shaper.decide(ClaimSnapshot(now_us, cands, quotas, inflight, tats))
-        jobs = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
+        leased = self._lease(c, now_us, owner, decision.admitted, lease_margin_us)
         if decision.tats:
             c.cursor().executemany(q["dp_bucket_set"], [
                 {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
-        return ClaimResult(jobs, decision.wake_us, dict(decision.waiting), offered)
+        return _ClaimDraft(leased, decision.wake_us, dict(decision.waiting), offered, owner, now_us)
 
     def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
         """Per lane, up to ``fetch[lane]`` due fires in fair order, held tenants last (a bounded
@@ -208,14 +211,16 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         return cands
 
     def _lease(self, c: Any, now_us: int, owner: str, admitted: Sequence[tuple[Fire, str]],
-               lease_margin_us: int) -> list[ClaimedJob]:
+               lease_margin_us: int) -> list[_Leased]:
+        """Lease ``admitted`` (and settle those with no attempt left) inside ``c``: the SQL only; the
+        jobs are built from what it returns after the commit (:meth:`_ClaimDraft.result`)."""
         if not admitted:
             return []
         q = self.q
         versions = self._versions_of(c, {(f.trigger_id, f.version) for f, _ in admitted})
         want = {tid for f, _ in admitted if (tid := _target_of(f, versions.get((f.trigger_id, f.version))))}
         targets = {r[0]: rec.target(r) for r in c.execute(q["dp_targets"], {"ids": _ids(want)}).fetchall()}
-        jobs: list[ClaimedJob] = []
+        jobs: list[_Leased] = []
         leases: list[dict[str, Any]] = []
         attempts: list[dict[str, Any]] = []
         lapsed: list[dict[str, Any]] = []
@@ -239,11 +244,7 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
             kp = rec.key_params(f)
             leases.append({**kp, "owner": owner, "until_us": clamp_us(until), "now_us": now_us})
             attempts.append({**kp, "attempt": f.attempts + 1, "now_us": now_us, "owner": owner})
-            leased = evolve(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
-                            dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
-            jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
-                                               v.schedule, dead_letter=dl.load_dead_fire(c, q, f) if delivery
-                                               else None), admission))
+            jobs.append((f, admission, t, v, until, dl.load_dead_fire(c, q, f) if delivery else None))
         cur = c.cursor()
         if lapsed:
             cur.executemany(q["dp_attempt_lapsed"], lapsed)
@@ -405,6 +406,36 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
             raise
         cur.execute("RELEASE SAVEPOINT settle_bulk")
         return True
+
+
+#: One fire a claim leased: the fire as read, its admission class, target, version (the dead-letter
+#: policies applied for a delivery record), lease end and, for a dead letter's delivery record, the
+#: dead fire with its attempts.
+_Leased = tuple[Fire, str, Target, TriggerVersion, int, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimDraft:
+    """What a claim transaction leased, before its jobs are built (decision 0257): building a
+    :class:`DispatchJob` per fire is Python work that needs nothing of the transaction, so it runs
+    after the commit and the SQLite writer (one for every process) is held for the SQL alone."""
+
+    leased: list[_Leased]
+    wake_us: int | None
+    waiting: dict[str, int]
+    offered: dict[str, int]
+    owner: str
+    now_us: int
+
+    def result(self) -> ClaimResult:
+        owner, now_us = self.owner, self.now_us
+        jobs = []
+        for f, admission, t, v, until, dead in self.leased:
+            leased = evolve(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
+                            dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
+            jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
+                                               v.schedule, dead_letter=dead), admission))
+        return ClaimResult(jobs, self.wake_us, self.waiting, self.offered)
 
 
 def _target_of(f: Fire, v: TriggerVersion | None) -> str | None:
