@@ -93,3 +93,24 @@ def test_a_tick_makes_the_same_calls_for_3_fires_or_60(store, monkeypatch):
     # Cold: one more call than warm — the one read of the batch's versions.
     assert len(many_cold) == len(many_warm) + 1
     assert len(many_cold) <= 12, many_cold
+
+
+def test_a_burst_is_committed_first_small_then_in_bulk(store):
+    """Decision 0258: a cycle with more due rows than one batch commits the first ``batch`` (so
+    dispatch starts on it, decision 0195), then ``follow_batch`` per commit — fewer, larger commits of
+    the one SQLite writer — and hands each batch over after its own commit. Nothing is lost or
+    decided twice; the defaults are 1,000 then 4,000."""
+    t = add_tenant(store, name="burst")
+    tg = add_target(store, t)
+    firsts = {add_trigger(store, t, tg, {"every": "60s"})[2] for _ in range(20)}
+    [first] = firsts
+    assert first is not None
+    handed: list[int] = []
+    loop = TimingLoop(store, FakeClock(first + 5 * MS, eps_us=MS), "node-a", batch=3, follow_batch=7,
+                      on_committed=lambda fires: handed.append(len(fires)))
+    res = loop.tick()
+    assert handed == [3, 7, 7, 3]
+    assert len(res.inserted) == 20 and len({f.trigger_id for f in res.inserted}) == 20
+    default = TimingLoop(store, FakeClock(first), "node-b")
+    assert (default.batch, default.follow_batch) == (1000, 4000)
+    assert TimingLoop(store, FakeClock(first), "node-c", batch=50, follow_batch=10).follow_batch == 50

@@ -12,7 +12,9 @@ a fire is never claimed before its instant either way.
 Order of effects is the product's central rule: fires are committed (with the due-row advance, in
 one transaction) *before* ``on_committed`` hands them to dispatch. A cycle with more due than one
 batch (a burst) hands each batch over as soon as it is committed, so dispatch starts on the first
-thousand while the next are being committed (decision 0195); released held fires follow the last.
+thousand while the next are being committed (decision 0195) — those in batches of
+:data:`FOLLOW_BATCH`, fewer and larger commits of the one SQLite writer (decision 0258); released
+held fires follow the last.
 
 **Partitions.** Without a lease manager the loop owns every partition (the embedded default: one
 process). With one (:class:`fireledger.timing.leases.LeaseManager`, PostgreSQL) it reads only the due
@@ -75,6 +77,8 @@ from .plans import Plan, VersionPlans, gc_paused, labelled
 log = logging.getLogger("fireledger.timing")
 
 DEFAULT_EPS_CEILING_US = 100_000
+#: Due rows per commit: the first of a cycle (dispatch starts on it), then each later one (0258).
+FIRST_BATCH, FOLLOW_BATCH = 1000, 4000
 
 
 @dataclass
@@ -121,14 +125,17 @@ def failure_cause(exc: BaseException) -> str:
 
 
 class TimingLoop:
-    def __init__(self, store: Store, clock: Clock, node_id: str, *, batch: int = 1000,
+    def __init__(self, store: Store, clock: Clock, node_id: str, *, batch: int = FIRST_BATCH,
+                 follow_batch: int = FOLLOW_BATCH,
                  eps_ceiling_us: int = DEFAULT_EPS_CEILING_US,
                  on_committed: Callable[[Sequence[NewFire]], None] = lambda fires: None,
                  max_sleep_s: float = 0.5, metrics: object | None = None,
                  leases: LeaseManager | None = None,
                  before_apply: Callable[[Sequence[Decision]], None] | None = None,
                  miss_threshold_us: int | None = None, gather_s: float = 0.0) -> None:
-        """``leases``: claim only the partitions this manager holds (None: all partitions).
+        """``batch``: the due rows the first commit of a cycle takes at most; ``follow_batch``: each
+        later one of the same cycle (a burst: decision 0258; never below ``batch``).
+        ``leases``: claim only the partitions this manager holds (None: all partitions).
         ``before_apply``: a test seam called with each batch after the last ownership check and
         right before its commit (the falsification suite pauses a node there). ``gather_s``: the
         least time from the start of a cycle that committed fires to the start of the next (0: none;
@@ -141,6 +148,7 @@ class TimingLoop:
         self.clock = clock
         self.node_id = node_id
         self.batch = batch
+        self.follow_batch = max(batch, follow_batch)
         self.eps_ceiling_us = eps_ceiling_us
         self.on_committed = on_committed
         self.max_sleep_s = max_sleep_s
@@ -315,10 +323,10 @@ class TimingLoop:
         """What this loop may claim now (None: every partition)."""
         return None if self.leases is None else self.leases.ownership()
 
-    def _due(self, until_us: int, own: Ownership | None) -> list[DueRow]:
+    def _due(self, until_us: int, own: Ownership | None, limit: int) -> list[DueRow]:
         if own is None:
-            return self.store.timing.due_rows(until_us, self.batch)
-        return self.store.timing.due_rows_in(until_us, self.batch, sorted(own.partitions), own.n)
+            return self.store.timing.due_rows(until_us, limit)
+        return self.store.timing.due_rows_in(until_us, limit, sorted(own.partitions), own.n)
 
     def _commit_batch(self, rows: Sequence[DueRow], iv: Interval, res: TickResult) -> list[ClaimOutcome] | None:
         """Plan ``rows`` and commit the decisions (the commit point); rows that cannot be planned are
@@ -374,9 +382,10 @@ class TimingLoop:
         parts, mono = (None if own is None else own.partitions), self.clock.monotonic()
         if self.held_scan.due(mono, parts):
             res.released = self.release_held(iv.earliest_us, own)
+        limit = self.batch   # the first commit small, so dispatch starts on it; the rest in bulk (0258)
         while True:
             with gc_paused():   # one batch's short-lived objects, freed by reference counting (0136)
-                rows = self._due(iv.earliest_us, own)
+                rows = self._due(iv.earliest_us, own, limit)
                 if not rows:
                     break
                 outcomes = self._commit_batch(rows, iv, res)
@@ -393,8 +402,9 @@ class TimingLoop:
                 committed.extend(f for f in o.inserted if f.state == FireState.PENDING)
             if committed:
                 self.on_committed(committed)   # this batch only after its commit (decision 0195)
-            if len(rows) < self.batch or res.dropped:
+            if len(rows) < limit or res.dropped:
                 break
+            limit = self.follow_batch
         pending = [f for f in res.inserted if f.state == FireState.PENDING]
         for (lane, state), count in Counter((f.lane, f.state) for f in [*res.inserted, *res.failed]).items():
             METRICS.fires.labels(lane.value, state.value).inc(count)
