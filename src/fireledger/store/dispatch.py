@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from fireledger.domain.dispatch_records import (
@@ -158,8 +158,8 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         0130): what a claim reads does not grow with the backlog, on either engine.
         """
         with self.engine.write() as c:
-            draft = self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
-        return draft.result()   # the jobs are built after the commit: the writer is held for SQL only
+            leased, res = self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+        return replace(res, jobs=_jobs(leased, owner, now_us))   # built after the commit (decision 0257)
 
     def settle_and_claim(self, items: Sequence[Settlement], now_us: int, owner: str, fetch: Mapping[str, int],
                          shaper: Shaper, lease_margin_us: int) -> tuple[list[bool], ClaimResult]:
@@ -169,18 +169,19 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         Raises, with nothing recorded and nothing leased, when either refuses as a whole."""
         with self.engine.write() as c:
             oks = self._settle_in(c, items, now_us) if items else []
-            draft = self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
-        return oks, draft.result()
+            leased, res = self._claim_in(c, now_us, owner, fetch, shaper, lease_margin_us)
+        return oks, replace(res, jobs=_jobs(leased, owner, now_us))
 
     def _claim_in(self, c: Any, now_us: int, owner: str, fetch: Mapping[str, int], shaper: Shaper,
-                  lease_margin_us: int) -> _ClaimDraft:
-        """:meth:`claim_shaped` inside the caller's write transaction ``c``: what it leased, to be
-        built into its :class:`ClaimResult` once the transaction has committed (decision 0257)."""
+                  lease_margin_us: int) -> tuple[list[_Leased], ClaimResult]:
+        """:meth:`claim_shaped` inside the caller's write transaction ``c``: what it leased and the
+        claim's result without its jobs, which the caller builds (:func:`_jobs`) once the transaction
+        has committed (decision 0257)."""
         q = self.q
         cands = self._ranked_candidates(c, now_us, fetch)
         offered = {lane: len(v) for lane, v in cands.items()}
         if not any(offered.values()):
-            return _ClaimDraft([], None, {}, offered, owner, now_us)
+            return [], ClaimResult([], None, {}, offered)
         keys = shaper.bucket_keys(cands)
         tats: dict[str, int] = {}
         if keys:
@@ -196,7 +197,7 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
         if decision.tats:
             c.cursor().executemany(q["dp_bucket_set"], [
                 {"key": k, "tat_us": int(v)} for k, v in sorted(decision.tats.items())])
-        return _ClaimDraft(leased, decision.wake_us, dict(decision.waiting), offered, owner, now_us)
+        return leased, ClaimResult([], decision.wake_us, dict(decision.waiting), offered)
 
     def _ranked_candidates(self, c: Any, now_us: int, fetch: Mapping[str, int]) -> dict[str, list[Fire]]:
         """Per lane, up to ``fetch[lane]`` due fires in fair order, held tenants last (a bounded
@@ -213,7 +214,7 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
     def _lease(self, c: Any, now_us: int, owner: str, admitted: Sequence[tuple[Fire, str]],
                lease_margin_us: int) -> list[_Leased]:
         """Lease ``admitted`` (and settle those with no attempt left) inside ``c``: the SQL only; the
-        jobs are built from what it returns after the commit (:meth:`_ClaimDraft.result`)."""
+        jobs are built from what it returns after the commit (:func:`_jobs`)."""
         if not admitted:
             return []
         q = self.q
@@ -410,32 +411,22 @@ class SqlDispatch(DispatchRedrive, DispatchDrains):
 
 #: One fire a claim leased: the fire as read, its admission class, target, version (the dead-letter
 #: policies applied for a delivery record), lease end and, for a dead letter's delivery record, the
-#: dead fire with its attempts.
-_Leased = tuple[Fire, str, Target, TriggerVersion, int, Any]
+#: dead fire with its attempts (read in the claim's transaction).
+_Leased = tuple[Fire, str, Target, TriggerVersion, int, Fire | None]
 
 
-@dataclass(frozen=True, slots=True)
-class _ClaimDraft:
-    """What a claim transaction leased, before its jobs are built (decision 0257): building a
-    :class:`DispatchJob` per fire is Python work that needs nothing of the transaction, so it runs
-    after the commit and the SQLite writer (one for every process) is held for the SQL alone."""
-
-    leased: list[_Leased]
-    wake_us: int | None
-    waiting: dict[str, int]
-    offered: dict[str, int]
-    owner: str
-    now_us: int
-
-    def result(self) -> ClaimResult:
-        owner, now_us = self.owner, self.now_us
-        jobs = []
-        for f, admission, t, v, until, dead in self.leased:
-            leased = evolve(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
-                            dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
-            jobs.append(ClaimedJob(DispatchJob(leased, leased.attempts, t, v.payload, v.policies, owner, until,
-                                               v.schedule, dead_letter=dead), admission))
-        return ClaimResult(jobs, self.wake_us, self.waiting, self.offered)
+def _jobs(leased: Sequence[_Leased], owner: str, now_us: int) -> list[ClaimedJob]:
+    """The jobs of what a claim leased, built after its commit (decision 0257): Python work that
+    needs nothing of the transaction, so the SQLite writer (one for every process) is held for the
+    SQL alone. Each fire as leased: ``dispatching``, its attempt counted, its lease end as its next
+    attempt, first dispatched now unless it was before."""
+    jobs = []
+    for f, admission, t, v, until, dead in leased:
+        fire = evolve(f, state=FireState.DISPATCHING, attempts=f.attempts + 1, next_attempt_us=until,
+                      dispatched_us=f.dispatched_us if f.dispatched_us is not None else now_us)
+        jobs.append(ClaimedJob(DispatchJob(fire, fire.attempts, t, v.payload, v.policies, owner, until,
+                                           v.schedule, dead_letter=dead), admission))
+    return jobs
 
 
 def _target_of(f: Fire, v: TriggerVersion | None) -> str | None:
