@@ -188,7 +188,7 @@ def wal_by_btree(db: Path, pages: Counter[int], fires: int) -> dict[str, float]:
     """Frames per fire by the b-tree (table or index) that owns each page now (``dbstat``; a page
     freed and reused meanwhile is charged to its current owner, a page beyond the file to
     ``(freelist/new)``), largest first."""
-    import sqlite3
+    from fireledger.store.sqlitelib import sqlite3
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:

@@ -23,13 +23,14 @@ import json
 import os
 import runpy
 import signal
-import sqlite3
 import sys
 import threading
 from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from fireledger.store.sqlitelib import sqlite3
 
 OUT_DIR = os.environ.get("FIRELEDGER_BENCH_COST_DIR", "")
 _conns: list[tuple[Counter[str], list[int]]] = []   # per connection: statements by verb, [total_changes]

@@ -64,9 +64,8 @@ def build(db: Path, n: int) -> dict[str, Any]:
 
 
 def timing_process(db: Path, tmp: Path) -> dict[str, Any]:
-    import sqlite3
-
     from e2e import Service
+    from fireledger.store.sqlitelib import sqlite3
 
     svc = Service(f"sqlite:///{db}", tmp, command="timing", env={"FIRELEDGER_LOG_LEVEL": "warning"})
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +34,20 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05)
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)   # poll with a deadline
+
+
+def group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` is still running (a zombie waiting to be reaped does not count)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+            if state != "Z" and int(pgrp) == pgid:
+                return True
+    return False
 
 
 def prepare_state_dir(path: Path) -> Path:
@@ -154,13 +169,20 @@ class Service:
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """SIGTERM to the process group; returns once no process of the group is left (``serve``'s
+        extra dispatch process may outlive ``serve`` by its drain: a caller that copies or replaces
+        the database files next must not race its last close, which checkpoints and deletes the
+        ``-wal`` by name). SIGKILL after 20 s."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                wait_until(lambda: not group_alive(self.proc.pid), 20, "the service's process group to end")
+            except (subprocess.TimeoutExpired, TimeoutError):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=20)
+                wait_until(lambda: not group_alive(self.proc.pid), 20, "the killed process group to end")
         if getattr(self, "log", None):
             self.log.close()
 

@@ -30,13 +30,14 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from fireledger.store.sqlitelib import sqlite3
 
 RPO_S = 1.0
 MISS_THRESHOLD_S = 2

@@ -50,7 +50,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from fireledger.store.sqlitelib import sqlite3
 
 S = 1_000_000
 YEAR = 2026

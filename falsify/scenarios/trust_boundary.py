@@ -277,7 +277,8 @@ def audit_tamper() -> dict[str, Any]:
     }
     failures = [] if intact.returncode == 0 else [f"verify failed on an intact chain: {intact.stderr}"]
     import shutil
-    import sqlite3
+
+    from fireledger.store.sqlitelib import sqlite3
 
     cases["rechain-unkeyed"] = ("", "row 3")   # edit row 3, recompute links and head the pre-0011 way
     for name, (sql, row) in cases.items():

@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fireledger.errors import FireledgerError
+from fireledger.store.sqlitelib import connect
 
 log = logging.getLogger("fireledger.replication")
 
@@ -357,9 +357,9 @@ def backup_sqlite(db_path: Path, out: Path) -> int:
     partial = out.with_name(out.name + ".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.close(fd)
-    src = sqlite3.connect(db_path, timeout=30)
+    src = connect(db_path, timeout=30)
     try:
-        dst = sqlite3.connect(partial)
+        dst = connect(partial)
         try:
             src.execute("PRAGMA busy_timeout = 30000")
             src.backup(dst, pages=-1)

@@ -10,7 +10,6 @@ nothing stored.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from apikit import SENTINEL, Api, Session, assert_problem, us
 from fireledger.domain.policies import record_weight
+from fireledger.store.sqlitelib import sqlite3
 from fireledger.timing import TimingLoop
 from test_api_bad_input import BAD_TRIGGER_FIELDS, _good
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import socket
-import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -35,6 +34,7 @@ from fireledger.security.egress import EgressPolicy
 from fireledger.security.targets import forget_cached, prove_ownership, verification_response
 from fireledger.store import Store
 from fireledger.store.engine import migration_files
+from fireledger.store.sqlitelib import sqlite3
 from fireledger.timing import TimingLoop
 from storekit import add_target, add_tenant, add_trigger, open_store
 

@@ -145,9 +145,8 @@ def test_the_migration_keeps_every_fire_and_attempt(kind: str, tmp_path: Path, m
 def test_a_new_sqlite_database_has_small_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
     """Decision 0211: 1 KiB pages for a new file (WAL bytes per fire); a file made with SQLite's
     default 4 KiB pages keeps them (WAL mode cannot change the size) and works as before."""
-    import sqlite3
-
     from fireledger.store.engine import NEW_DATABASE_PAGE_SIZE
+    from fireledger.store.sqlitelib import sqlite3
 
     new = Store.open(f"sqlite:///{tmp_path}/new.db")
     try:

@@ -8,8 +8,6 @@ engines; the upgrade path on a real ``fireledger serve`` process.
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from e2e import Service
@@ -18,6 +16,7 @@ from fireledger.domain.model import Target
 from fireledger.security import envelope
 from fireledger.security.envelope import PayloadUnreadable, cipher_for
 from fireledger.security.tenancy import delete_tenant
+from fireledger.store.sqlitelib import sqlite3
 from storekit import T0, add_tenant
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

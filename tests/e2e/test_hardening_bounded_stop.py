@@ -135,11 +135,10 @@ def test_serve_stops_in_time_with_a_blocked_internal_callable(sink, tmp_path) ->
 def test_the_attempt_runner_returns_in_time_while_its_store_is_locked(tmp_path) -> None:
     """A stuck settlement (and a stuck claim): another connection holds SQLite's write lock, so the
     runner's store thread waits in the busy handler. ``stop()`` must not wait for it."""
-    import sqlite3
-
     from fireledger.clock import SystemClock
     from fireledger.dispatch.runner import Dispatcher
     from fireledger.domain.model import Advance, Decision, FireKind, FireState, Lane, NewFire
+    from fireledger.store.sqlitelib import sqlite3
     from storekit import PlanesThread, add_target, add_tenant, add_trigger, open_store
 
     store = open_store("sqlite", tmp_path, None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from e2e import Api, Service, new_tenant, verify_target, wait_until
 from fireledger.stopping import STOP_TIMEOUT_ENV
+from fireledger.store.sqlitelib import sqlite3
 from sink import SinkServer
 
 pytestmark = pytest.mark.e2e

@@ -50,7 +50,7 @@ def _digest(path: Path) -> str:
 
 
 def _fires(path: Path) -> set[tuple[str, int]]:
-    import sqlite3
+    from fireledger.store.sqlitelib import sqlite3
 
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:

@@ -3,12 +3,11 @@ again under the same key; any other unexpected error still ends the fire (issue 
 
 from __future__ import annotations
 
-import sqlite3
-
 from fireledger.dispatch.http import HttpResult
 from fireledger.dispatch.settling import STORE_RETRY_US, settle_on_error
 from fireledger.domain.model import DispatchJob, Fire, Policies, Target
 from fireledger.store import StoreError
+from fireledger.store.sqlitelib import sqlite3
 
 T0 = 1_800_000_000_000_000
 

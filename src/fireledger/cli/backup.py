@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from fireledger.store.sqlitelib import sqlite3
 
 from .common import DEFAULT_DB, Command, Db, fail
 

@@ -33,7 +33,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_duplicate(exc: BaseException) -> bool:
-    import sqlite3
+    from fireledger.store.sqlitelib import sqlite3
 
     if isinstance(exc, sqlite3.IntegrityError):
         return True

@@ -41,7 +41,7 @@ def _db_errors(exc: Exception) -> None:
 
     if isinstance(exc, StoreError):
         fail(str(exc))
-    if type(exc).__module__.split(".")[0] in ("psycopg", "sqlite3"):
+    if type(exc).__module__.split(".")[0] in ("psycopg", "sqlite3", "pysqlite3"):
         first = (str(exc).strip().splitlines() or [""])[0]
         fail(f"--db: the database refused the operation ({type(exc).__name__}: {first}); nothing was "
              "left half-done: run the command again")

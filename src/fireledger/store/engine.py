@@ -20,7 +20,6 @@ used the store + ``max_idle``. A connection left inside a transaction or broken 
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -37,6 +36,7 @@ from fireledger.waker import Waker
 from . import queries
 from .firesbell import FiresBell
 from .pool import DEFAULT_MAX_IDLE, ConnectionPool
+from .sqlitelib import connect, sqlite3
 from .writerlock import WriterFileLock
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ class SqliteEngine(Engine):
                 c.execute("PRAGMA wal_autocheckpoint = 0")
 
     def _checkpoint_loop(self, interval_s: float) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+        conn = connect(self.path, isolation_level=None, check_same_thread=False,
                                timeout=self.busy_timeout_ms / 1000)
         try:
             while not self._stop_checkpointer.wait(interval_s):
@@ -250,7 +250,7 @@ class SqliteEngine(Engine):
         return len(self.pool.open_connections())
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+        conn = connect(self.path, isolation_level=None, check_same_thread=False,
                                timeout=self.busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
         # Before the file has its first page (a new database) this sets its page size; on an existing
