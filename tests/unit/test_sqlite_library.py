@@ -36,10 +36,18 @@ def test_the_store_runs_on_a_fixed_sqlite_not_the_interpreters(tmp_path: Path) -
 
 def test_an_affected_library_is_refused_with_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlitelib.sqlite3, "sqlite_version", "3.40.1")
-    monkeypatch.setattr(sqlitelib, "_checked", None)
     with pytest.raises(UnsafeSqliteError, match=r"SQLite 3\.40\.1 has the WAL-reset bug.*pysqlite3==0\.6\.1"):
         connect(str(tmp_path / "x.db"))
     assert not (tmp_path / "x.db").exists()   # refused before anything was opened
+
+
+def test_the_cli_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fireledger.cli.operator import OperatorError, open_store
+
+    monkeypatch.setattr(sqlitelib.sqlite3, "sqlite_version", "3.46.1")
+    with pytest.raises(OperatorError, match=r"^--db: cannot open the database: SQLite 3\.46\.1 has the WAL-reset bug"):
+        open_store(f"sqlite:///{tmp_path}/fl.db")
+    assert not (tmp_path / "fl.db").exists()
 
 
 def test_the_pinned_litestream_checkpoints_with_a_fixed_sqlite() -> None:

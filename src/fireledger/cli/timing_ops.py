@@ -37,11 +37,11 @@ def _iso(us: int | None) -> str | None:
 
 def _db_errors(exc: Exception) -> None:
     """Turn a store or database error into one line and exit 2 (never a traceback); re-raise others."""
-    from fireledger.store import StoreError
+    from fireledger.store import StoreError, is_database_error
 
     if isinstance(exc, StoreError):
         fail(str(exc))
-    if type(exc).__module__.split(".")[0] in ("psycopg", "sqlite3", "pysqlite3"):
+    if is_database_error(exc):
         first = (str(exc).strip().splitlines() or [""])[0]
         fail(f"--db: the database refused the operation ({type(exc).__name__}: {first}); nothing was "
              "left half-done: run the command again")

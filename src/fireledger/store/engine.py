@@ -36,7 +36,7 @@ from fireledger.waker import Waker
 from . import queries
 from .firesbell import FiresBell
 from .pool import DEFAULT_MAX_IDLE, ConnectionPool
-from .sqlitelib import connect, sqlite3
+from .sqlitelib import UnsafeSqliteError, connect, sqlite3
 from .writerlock import WriterFileLock
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ class SchemaError(StoreError):
 
 def is_database_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure of the store itself — a :class:`StoreError` or an error of either
-    engine's driver — rather than of the data a caller handed it."""
-    if isinstance(exc, StoreError | sqlite3.Error):
+    engine's driver, or a SQLite library refused (decision 0260) — not of the data a caller handed it."""
+    if isinstance(exc, StoreError | sqlite3.Error | UnsafeSqliteError):
         return True
     try:
         import psycopg

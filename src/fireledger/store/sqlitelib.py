@@ -38,8 +38,6 @@ __all__ = ["UnsafeSqliteError", "connect", "sqlite3", "wal_reset_fixed"]
 FIXED_IN = (3, 51, 3)
 BACKPORTS = {(3, 44): 6, (3, 50): 7}
 
-_checked: str | None = None
-
 
 class UnsafeSqliteError(FireledgerError, RuntimeError):
     """The SQLite library has the WAL-reset bug: fireledger does not open a database with it."""
@@ -57,17 +55,14 @@ def wal_reset_fixed(version: str) -> bool:
 
 
 def connect(path: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
-    """``sqlite3.connect(path, **kwargs)`` on this module's library, after checking (once) that the
-    library is free of the WAL-reset bug; raises :class:`UnsafeSqliteError` naming the version and
-    the fix otherwise."""
-    global _checked
+    """``sqlite3.connect(path, **kwargs)`` on this module's library, after checking that the library
+    is free of the WAL-reset bug; raises :class:`UnsafeSqliteError` naming the version and the fix
+    otherwise (connections are pooled per thread: the check is not on the fire path)."""
     version = sqlite3.sqlite_version
-    if _checked != version:
-        if not wal_reset_fixed(version):
-            raise UnsafeSqliteError(
-                f"SQLite {version} has the WAL-reset bug (database corruption under concurrent commits "
-                f"and checkpoints; fixed in 3.51.3): install fireledger's pinned pysqlite3 "
-                f"(pip install 'pysqlite3==0.6.1') or run on a Python linked against SQLite >= 3.51.3")
-        _checked = version
+    if not wal_reset_fixed(version):
+        raise UnsafeSqliteError(
+            f"SQLite {version} has the WAL-reset bug (database corruption under concurrent commits "
+            f"and checkpoints; fixed in 3.51.3): install fireledger's pinned pysqlite3 "
+            f"(pip install 'pysqlite3==0.6.1') or run on a Python linked against SQLite >= 3.51.3")
     conn: sqlite3.Connection = sqlite3.connect(path, **kwargs)
     return conn
