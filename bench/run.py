@@ -39,7 +39,9 @@ Scenarios (``--quick`` forms in brackets):
   ``FIRELEDGER_DISPATCH_PROCESSES`` = 1 and 2 on SQLite and PostgreSQL (a burst of the same size)
   (``bench/scaleout.py``);
 * ``profile-burst-N`` a fireledger burst under py-spy: the top frames (``--profile``);
-* ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials (``--only components``).
+* ``component-*``    the older micro-benchmarks: recurrence, dispatch, credentials, and the dispatch
+  plane's HTTP client against aiohttp on the same requests (``sender_ab.py``, decision 0261)
+  (``--only components``).
 
 Lines of one scenario are printed together once every system has run, with ratios: fireledger's
 line carries ``vs_peers`` (fireledger ÷ peer) and each peer's ``vs_fireledger`` (peer ÷ fireledger)
@@ -277,7 +279,8 @@ def components(quick: bool) -> None:
     keys = {"n": None, "delivered": None, "missed": None, "early": None, "duplicate_records": None,
             "fires_per_s": None, "lateness_p50_s": None, "lateness_p99_s": None, "lateness_max_s": None}
     for script, args in (("recurrence.py", ["--quick"] if quick else []), ("dispatch.py", []),
-                         ("credentials.py", [])):
+                         ("credentials.py", []),
+                         ("sender_ab.py", ["--n", "5000", "--rounds", "2"] if quick else [])):
         if not (BENCH / script).exists():
             continue
         say(f"component: {script}")
