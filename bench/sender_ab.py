@@ -118,7 +118,8 @@ def main() -> int:
         finally:
             sink.terminate()
             sink.wait(timeout=10)
-    out: dict[str, Any] = {"scenario": "sender-ab", "n": args.n, "inflight": args.inflight, "rounds": args.rounds}
+    out: dict[str, Any] = {"scenario": "sender-ab", "system": "fireledger-http-client", "n": args.n,
+                           "inflight": args.inflight, "rounds": args.rounds}
     for name, rs in rounds.items():
         out[name] = {"cpu_us_per_request": statistics.median(x["cpu_us_per_request"] for x in rs),
                      "requests_per_s": statistics.median(x["requests_per_s"] for x in rs),
