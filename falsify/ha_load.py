@@ -6,7 +6,8 @@ synchronous standby, the monitor's health checks tightened), migrates it, loads 
 ``fireledger control``, ``dispatch`` and two ``timing`` processes on the multi-host URL and a real
 HTTP sink recording every delivery (each tenant's fires/s quota twice its steady rate:
 :func:`_size_quotas`), waits until deliveries flow, then yields a :class:`Loaded`
-while a :class:`MetricsWatch` scrapes the control plane's ``/metrics`` every 0.25 s. On exit it
+while a :class:`MetricsWatch` scrapes the control plane's ``/metrics`` every 0.25 s and a
+:class:`WriteProbe` commits on the store every 0.1 s (the store's own outage, as any client sees it). On exit it
 stops everything and deletes the cluster.
 
 :func:`finish` stops the timing processes (nothing new is decided), waits until dispatch has settled
@@ -77,6 +78,54 @@ class MetricsWatch:
         self._thread.join(timeout=10)
 
 
+class WriteProbe:
+    """Commits a transaction that holds a transaction id (``SELECT txid_current()``: a commit record,
+    waited for by a synchronous standby) on ``url`` every ``interval_s`` on a thread, reconnecting
+    through the multi-host URL after any failure; ``commits`` holds the wall-clock time each commit
+    returned. :meth:`unwritable_s` is the store's own outage as any client saw it, independent of
+    fireledger: what a switchover's lateness is judged against (decision 0263)."""
+
+    def __init__(self, url: str, interval_s: float = 0.1) -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self.commits: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="write-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psycopg
+
+        conn: Any = None
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    conn = psycopg.connect(self.url, connect_timeout=2)
+                conn.execute("SELECT txid_current()")
+                conn.commit()
+                self.commits.append(time.time())
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self._stop.wait(self.interval_s)   # the probe period, until stopped
+        if conn is not None:
+            conn.close()
+
+    def unwritable_s(self, lo: float, hi: float) -> float | None:
+        """The longest time between two successive commits where the gap overlaps ``lo … hi``,
+        less the probe period (None: no commit after ``lo``, the store never came back)."""
+        at = list(self.commits)
+        gaps = [b - a for a, b in pairwise(at) if b >= lo and a <= hi]
+        if not any(t >= lo for t in at):
+            return None
+        return round(max(0.0, max(gaps, default=0.0) - self.interval_s), 2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 class CpuShare:
     """What the machine's CPUs did from construction to :meth:`figures`: ``machine_busy`` (fraction of
     every core not idle, /proc/stat) and ``fireledger_cores`` (cores the run's fireledger processes
@@ -123,6 +172,7 @@ class Loaded:
     watch: MetricsWatch
     out: dict[str, Any] = field(default_factory=dict)
     cpu: CpuShare | None = None
+    probe: WriteProbe | None = None
 
     def wait(self, until: float) -> None:
         from e2e import wait_until
@@ -182,6 +232,7 @@ def loaded_cluster(shared: int, own: int, warmup_s: float, prefix: str) -> Itera
     sink.start_in_thread()
     procs: list[Any] = []
     watch: MetricsWatch | None = None
+    probe: WriteProbe | None = None
     try:
         t0 = time.monotonic()
         url = cluster.up()
@@ -197,15 +248,18 @@ def loaded_cluster(shared: int, own: int, warmup_s: float, prefix: str) -> Itera
         procs += [control, Service(url, work, command="dispatch", env=env).start()]
         procs += [Service(url, work, command="timing", env=env).start() for _ in range(2)]
         watch = MetricsWatch(control.base)
+        probe = WriteProbe(url)
         wait_until(lambda: len(sink.records()) >= len(triggers), 60, "deliveries to flow", interval_s=0.2)
         run = Loaded(cluster, url, sink, procs, triggers, time.time(), watch,
                      {"triggers": len(triggers), "cluster_up_s": up_s, "workdir": str(work)},
-                     CpuShare([p.proc.pid for p in procs]))
+                     CpuShare([p.proc.pid for p in procs]), probe)
         run.wait(run.started + warmup_s)
         yield run
     finally:
         if watch is not None:
             watch.stop()
+        if probe is not None:
+            probe.stop()
         for p in procs:
             p.stop()
         sink.stop()

@@ -19,8 +19,10 @@ exactly one record, no delivery arrived before its instant, everything committed
   ``rto_on_time_s`` (the first delivery within 1 s of its instant), ``on_time_again_s`` (from which
   instant on every delivery was within 1 s), ``backlog_drained_s``, ``extra_attempts_per_fire``.
 * ``store-failover-switchover`` — a planned ``pg_autoctl perform switchover``: no delivery more than
-  ``SWITCHOVER_LATE_LIMIT_S`` late, every instant of the window delivered, the other node primary
-  afterwards, and ``fireledger status`` reporting it synchronous with one more promotion.
+  ``SWITCHOVER_LATE_LIMIT_S`` late or, when the cluster itself refused commits for longer than that
+  leaves room for (``store_unwritable_s``, an independent probe), more than
+  ``SWITCHOVER_RECOVERY_LIMIT_S`` after it (decision 0263), every instant of the window delivered,
+  the other node primary afterwards, and ``fireledger status`` reporting it synchronous with one more promotion.
 * ``store-standby-loss`` — the standby's node is lost: the primary stays primary, writes continue
   (``write_stall_s`` — the longest gap between two decisions — within ``RTO_LIMIT_S``, and fires are
   decided while replication is asynchronous), ``/metrics`` says so (``fireledger_store_sync_required``
@@ -40,6 +42,8 @@ from falsify.ha_load import Loaded, S, figures, finish, loaded_cluster, records_
 
 RTO_LIMIT_S = 30.0
 SWITCHOVER_LATE_LIMIT_S = 5.0
+#: After the store accepts writes again, how long fireledger may take to catch up (decision 0263).
+SWITCHOVER_RECOVERY_LIMIT_S = 2.0
 PROMOTED = ("wait_primary", "primary")
 
 
@@ -148,14 +152,29 @@ def _switchover(run: Loaded, since: float, after_s: float) -> _Phase:
     out["primary_after"] = promoted = run.cluster.primary()
     at = run.cluster.reached(str(promoted), PROMOTED, began) if promoted else None
     out["promotion_s"] = None if at is None else round(at - began, 2)
+    out["store_unwritable_s"] = run.probe.unwritable_s(began, end) if run.probe is not None else None
     return _Phase(began, (since + 2, end - 2), out, lambda fires: None, _switchover_failures)
+
+
+def switchover_late_limit_s(store_unwritable_s: float) -> float:
+    """The latest a delivery may be in a switchover (decision 0263): ``SWITCHOVER_LATE_LIMIT_S``, or —
+    when the cluster itself refused commits for longer than that leaves room for — the store's own
+    outage plus ``SWITCHOVER_RECOVERY_LIMIT_S`` (no fire can be delivered before its record commits)."""
+    return max(SWITCHOVER_LATE_LIMIT_S, store_unwritable_s + SWITCHOVER_RECOVERY_LIMIT_S)
 
 
 def _switchover_failures(out: dict[str, Any]) -> list[str]:
     failures = []
-    if out["late_over_5s"] or out["max_lateness_s"] is None or out["max_lateness_s"] > SWITCHOVER_LATE_LIMIT_S:
-        failures.append(f"{out['late_over_5s']} deliveries more than {SWITCHOVER_LATE_LIMIT_S} s late "
-                        f"(max {out['max_lateness_s']} s)")
+    unwritable = out["store_unwritable_s"]
+    if unwritable is None or unwritable > RTO_LIMIT_S:
+        failures.append(f"the store did not accept commits again within {RTO_LIMIT_S} s ({unwritable})")
+    else:
+        out["late_limit_s"] = limit = round(switchover_late_limit_s(unwritable), 2)
+        out["lateness_after_store_back_s"] = (None if out["max_lateness_s"] is None
+                                              else round(out["max_lateness_s"] - unwritable, 3))
+        if out["max_lateness_s"] is None or out["max_lateness_s"] > limit:
+            failures.append(f"a delivery {out['max_lateness_s']} s late, over the limit of {limit} s "
+                            f"(the store refused commits for {unwritable} s)")
     if out["undelivered_in_window"]:
         failures.append(f"{out['undelivered_in_window']} fires of the window were not delivered")
     if out.get("primary_after") in (None, out.get("primary_before")):
